@@ -1,0 +1,49 @@
+"""Serves a job's output log to schedd in chunks, following it while the job runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from agentd.runner import Runner
+from shared.protocol import LogChunk, LogRequest
+
+CHUNK_BYTES = 64 * 1024
+FOLLOW_IDLE_S = 0.2  # how often a followed log is read again when it has not grown
+
+
+def _read(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(CHUNK_BYTES)
+
+
+async def serve(
+    runner: Runner, req: LogRequest, send: Callable[[LogChunk], Awaitable[bool]]
+) -> None:
+    path = runner.job_dir(req.job_id, req.attempt) / "output.log"
+    if not path.exists():
+        await send(
+            LogChunk(
+                request_id=req.request_id,
+                eof=True,
+                error=f"no log for job {req.job_id} attempt {req.attempt} on this node",
+            )
+        )
+        return
+    offset = req.offset
+    while True:
+        job = runner.jobs.get((req.job_id, req.attempt))
+        running = job is not None and job.ended is None
+        data = await asyncio.to_thread(_read, path, offset)
+        if data:
+            offset += len(data)
+            text = data.decode("utf-8", errors="replace")
+            if not await send(LogChunk(request_id=req.request_id, data=text)):
+                return
+            continue
+        if not (req.follow and running):
+            break
+        await asyncio.sleep(FOLLOW_IDLE_S)
+    await send(LogChunk(request_id=req.request_id, eof=True))

@@ -1,0 +1,277 @@
+"""Runs jobs through the launcher and watches them without polling.
+
+Each job attempt has a directory under `state_dir/jobs/`. The agent watches each
+launcher through a pidfd (readable when the process ends), so it learns of an exit the
+moment it happens, also for launchers it found again after a restart. An exit is kept
+on disk until schedd acknowledges it (`acked` file), so it is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentd.launcher import process_start_time, write_atomic
+from shared import logging
+from shared.protocol import JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
+
+log = logging.get("runner")
+
+Key = tuple[str, int]  # (job_id, attempt)
+
+
+@dataclass
+class Job:
+    job_id: str
+    attempt: int
+    dir: Path
+    launcher_pid: int | None = None
+    pidfd: int | None = None
+    ended: JobReport | None = None  # set once the launcher recorded the end
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def key(self) -> Key:
+        return (self.job_id, self.attempt)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def base_env(launch: Launch) -> dict[str, str]:
+    """The job's environment: a small base from the agent, then GPUs, then the job's own."""
+    env = {k: os.environ[k] for k in ("PATH", "LANG", "HOME", "TZ") if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(launch.env)
+    env.update(
+        {
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": ",".join(launch.gpu_uuids),
+            "GPUSCHED_JOB_ID": launch.job_id,
+            "GPUSCHED_ATTEMPT": str(launch.attempt),
+        }
+    )
+    return env
+
+
+class Runner:
+    def __init__(self, state_dir: Path, post: Callable[[Msg], None]) -> None:
+        """`post` queues a message for schedd, in order; it may drop it while offline."""
+        self.jobs_dir = state_dir / "jobs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.post = post
+        self.jobs: dict[Key, Job] = {}
+        # Kills that arrived before their launch (a cancel racing a placement).
+        self._killed_early: set[Key] = set()
+
+    def job_dir(self, job_id: str, attempt: int) -> Path:
+        return self.jobs_dir / f"{job_id}.{attempt}"
+
+    # ---- start ---------------------------------------------------------------
+
+    async def start(self, launch: Launch) -> None:
+        """Start the job and post JobStarted or JobFailed (its end follows when it ends)."""
+        key = (launch.job_id, launch.attempt)
+        known = self.jobs.get(key)
+        if known is not None:  # a repeated launch: never start a job twice
+            if known.ended is not None:
+                self.post(end_message(known))
+            else:
+                pid = _read_json(known.dir / "pid.json") or {}
+                self.post(
+                    JobStarted(job_id=launch.job_id, attempt=launch.attempt, pid=pid.get("pid", 0))
+                )
+            return
+        if key in self._killed_early:
+            self._killed_early.discard(key)
+            self.post(
+                JobExited(job_id=launch.job_id, attempt=launch.attempt, signal=signal.SIGKILL)
+            )
+            return
+        if launch.image is not None:
+            reason = "image: running jobs in container images is not supported by this agent yet"
+            self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
+            return
+        job_dir = self.job_dir(launch.job_id, launch.attempt)
+        job_dir.mkdir(parents=True, exist_ok=False)
+        write_atomic(
+            job_dir / "launch.json",
+            {"argv": launch.argv, "env": base_env(launch), "cwd": launch.cwd, "user": launch.user},
+        )
+        job = Job(launch.job_id, launch.attempt, job_dir)
+        self.jobs[key] = job
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentd.launcher",
+            str(job_dir),
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        line, _ = await proc.communicate()
+        word = _parse_line(line)
+        if "pid" in word:
+            log.info("job started", job_id=launch.job_id, attempt=launch.attempt, pid=word["pid"])
+            self.post(JobStarted(job_id=launch.job_id, attempt=launch.attempt, pid=word["pid"]))
+        launcher = _read_json(job_dir / "launcher.json")
+        if launcher is not None:
+            self._watch(job, launcher["pid"], launcher.get("start_time"))
+        else:
+            self._ended(job)
+
+    # ---- watching --------------------------------------------------------------
+
+    def _watch(self, job: Job, pid: int, start_time: int | None) -> None:
+        """Follow the launcher's end through a pidfd; if it is already gone, read the end now."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            pidfd = None
+        if pidfd is not None and start_time is not None and process_start_time(pid) != start_time:
+            os.close(pidfd)  # the pid was reused by another process: ours is long gone
+            pidfd = None
+        job.launcher_pid = pid
+        if pidfd is None:
+            self._ended(job)
+            return
+        job.pidfd = pidfd
+        asyncio.get_running_loop().add_reader(pidfd, self._ended, job)
+
+    def _ended(self, job: Job) -> None:
+        if job.pidfd is not None:
+            asyncio.get_running_loop().remove_reader(job.pidfd)
+            os.close(job.pidfd)
+            job.pidfd = None
+        job.ended = _report_from_disk(job)
+        job.done.set()
+        log.info(
+            "job ended",
+            job_id=job.job_id,
+            attempt=job.attempt,
+            exit_code=job.ended.exit_code,
+            signal=job.ended.signal,
+            reason=job.ended.reason,
+        )
+        self.post(end_message(job))
+
+    # ---- recovery and reports ----------------------------------------------------
+
+    def recover(self) -> None:
+        """After a restart: find every job not yet acknowledged and watch it again."""
+        for job_dir in sorted(self.jobs_dir.iterdir()):
+            if (job_dir / "acked").exists() or not (job_dir / "launch.json").exists():
+                continue
+            job_id, _, attempt = job_dir.name.rpartition(".")
+            job = Job(job_id, int(attempt), job_dir)
+            self.jobs[job.key] = job
+            launcher = _read_json(job_dir / "launcher.json")
+            if (job_dir / "exit.json").exists() or launcher is None:
+                job.ended = _report_from_disk(job)
+                job.done.set()
+                continue
+            self._watch(job, launcher["pid"], launcher.get("start_time"))
+            log.info(
+                "job recovered", job_id=job.job_id, attempt=job.attempt, running=job.ended is None
+            )
+
+    def reports(self) -> list[JobReport]:
+        return [
+            job.ended or JobReport(job_id=job.job_id, attempt=job.attempt, status="running")
+            for job in self.jobs.values()
+        ]
+
+    def ack(self, job_id: str, attempt: int) -> None:
+        job = self.jobs.get((job_id, attempt))
+        if job is None or job.ended is None:
+            return
+        (job.dir / "acked").touch()
+        del self.jobs[job.key]
+
+    # ---- kill --------------------------------------------------------------------
+
+    async def kill(self, job_id: str, attempt: int, grace_s: float) -> None:
+        """SIGTERM to the job's process group, SIGKILL after the grace period."""
+        job = self.jobs.get((job_id, attempt))
+        if job is None:
+            self._killed_early.add((job_id, attempt))
+            return
+        pid = _read_json(job.dir / "pid.json")
+        if job.ended is not None or pid is None:
+            return
+        pgid = pid["pgid"]
+        log.info("killing job", job_id=job_id, attempt=attempt, pgid=pgid, grace_s=grace_s)
+        if not _signal_group(pgid, signal.SIGTERM):
+            return
+        try:
+            await asyncio.wait_for(job.done.wait(), grace_s)
+        except TimeoutError:
+            log.info("grace period over, killing", job_id=job_id, attempt=attempt)
+        # The group may outlive its leader (children of the job): take it all down.
+        _signal_group(pgid, signal.SIGKILL)
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            if job.pidfd is not None:
+                asyncio.get_running_loop().remove_reader(job.pidfd)
+                os.close(job.pidfd)
+                job.pidfd = None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _parse_line(line: bytes) -> dict[str, Any]:
+    try:
+        word = json.loads(line.decode().strip() or "{}")
+    except ValueError:
+        return {"error": f"launcher said {line[:200]!r}"}
+    return word if isinstance(word, dict) else {"error": "launcher said nothing useful"}
+
+
+def _report_from_disk(job: Job) -> JobReport:
+    end = _read_json(job.dir / "exit.json")
+    if end is None:
+        return JobReport(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            status="exited",
+            reason="the launcher died without recording the exit status",
+        )
+    if "failed" in end:
+        return JobReport(
+            job_id=job.job_id, attempt=job.attempt, status="exited", reason=str(end["failed"])
+        )
+    return JobReport(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        status="exited",
+        exit_code=end.get("exit_code"),
+        signal=end.get("signal"),
+    )
+
+
+def end_message(job: Job) -> JobExited | JobFailed:
+    end = job.ended
+    assert end is not None
+    if end.reason is not None:
+        return JobFailed(job_id=job.job_id, attempt=job.attempt, reason=end.reason)
+    return JobExited(
+        job_id=job.job_id, attempt=job.attempt, exit_code=end.exit_code, signal=end.signal
+    )

@@ -1,0 +1,294 @@
+"""The agent hub: one websocket per node, typed messages, reconciliation at (re)connect.
+
+Agents push events (job started, exited, failed; GPU state); the hub commits each one
+through the store, acknowledges exits only after they are durable, and wakes the
+scheduler. A node that stays away longer than `node_lost_after_s` has its jobs requeued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiohttp import WSMsgType, web
+
+from schedd.store import jobs, nodes
+from shared import logging, protocol
+from shared.config import SchedConfig
+from shared.model import JobState
+from shared.protocol import (
+    ExitAck,
+    GpuState,
+    Hello,
+    JobExited,
+    JobFailed,
+    JobReport,
+    JobStarted,
+    Kill,
+    LogChunk,
+)
+from shared.tasks import Supervisor
+
+log = logging.get("hub")
+
+HELLO_TIMEOUT_S = 10.0
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class AgentLink:
+    node_id: str
+    ws: web.WebSocketResponse
+    hello: Hello
+    samples: dict[str, protocol.GpuSample] = field(default_factory=dict)
+
+    async def send(self, msg: protocol.Msg) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            await self.ws.send_bytes(protocol.encode(msg))
+        except (ConnectionError, RuntimeError):
+            return False
+        return True
+
+
+def describe_exit(exit_code: int | None, sig: int | None) -> str:
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {name}"
+    return f"exited with code {exit_code}"
+
+
+class Hub:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        config: SchedConfig,
+        supervisor: Supervisor,
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.supervisor = supervisor
+        # Set by the scheduler's owner: called on every event that may free or need capacity.
+        self.wake: Callable[[], None] = lambda: None
+        self.links: dict[str, AgentLink] = {}
+        self.log_streams: dict[str, asyncio.Queue[LogChunk]] = {}
+        self._lost_timers: dict[str, asyncio.Task[None]] = {}
+        self._join_token = config.resolved_join_token().encode()
+
+    # ---- connection --------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ").encode()
+        if not hmac.compare_digest(presented, self._join_token):
+            log.warning("agent refused: bad join token", peer=request.remote)
+            raise web.HTTPUnauthorized(text="bad join token")
+        ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=MAX_MESSAGE_BYTES)
+        await ws.prepare(request)
+        try:
+            first = await ws.receive(timeout=HELLO_TIMEOUT_S)
+            hello = protocol.decode_from_agent(first.data) if first.type in _DATA else None
+        except (TimeoutError, protocol.ProtocolError) as exc:
+            log.warning("agent refused: no valid hello", peer=request.remote, error=str(exc))
+            await ws.close(code=protocol.CLOSE_PROTOCOL_MISMATCH, message=b"expected hello")
+            return ws
+        if not isinstance(hello, Hello) or hello.protocol != protocol.PROTOCOL_VERSION:
+            await ws.close(code=protocol.CLOSE_PROTOCOL_MISMATCH, message=b"protocol mismatch")
+            return ws
+        link = AgentLink(hello.node_id, ws, hello)
+        await self._attach(link)
+        try:
+            async for msg in ws:
+                if msg.type not in _DATA:
+                    break
+                try:
+                    event = protocol.decode_from_agent(msg.data)
+                except protocol.ProtocolError as exc:
+                    log.warning("bad agent message", node_id=link.node_id, error=str(exc))
+                    continue
+                await self._dispatch(link, event)
+        finally:
+            await self._detach(link)
+        return ws
+
+    async def _attach(self, link: AgentLink) -> None:
+        node_id = link.node_id
+        old = self.links.get(node_id)
+        if old is not None:
+            await old.ws.close(code=protocol.CLOSE_REPLACED, message=b"replaced")
+        self.links[node_id] = link
+        timer = self._lost_timers.pop(node_id, None)
+        if timer is not None:
+            timer.cancel()
+        await nodes.register(self.pool, node_id, link.hello.inventory)
+        await link.send(protocol.Welcome(protocol=protocol.PROTOCOL_VERSION))
+        log.info(
+            "agent connected",
+            node_id=node_id,
+            gpus=len(link.hello.inventory.gpus),
+            backend=link.hello.inventory.gpu_backend,
+            jobs=len(link.hello.jobs),
+        )
+        await self._reconcile(link)
+        self.wake()
+
+    async def _detach(self, link: AgentLink) -> None:
+        if self.links.get(link.node_id) is not link:
+            return  # replaced by a newer connection of the same node
+        del self.links[link.node_id]
+        await nodes.set_connected(self.pool, link.node_id, False)
+        log.info("agent disconnected", node_id=link.node_id)
+        self.start_lost_timer(link.node_id)
+        self.wake()
+
+    def start_lost_timer(self, node_id: str) -> None:
+        if node_id in self.links or node_id in self._lost_timers:
+            return
+        self._lost_timers[node_id] = self.supervisor.spawn(
+            self._node_lost_after(node_id), name=f"node-lost:{node_id}"
+        )
+
+    async def _node_lost_after(self, node_id: str) -> None:
+        await asyncio.sleep(self.config.node_lost_after_s)
+        self._lost_timers.pop(node_id, None)
+        reason = f"node {node_id} lost for {self.config.node_lost_after_s:g}s"
+        for job in await jobs.placed(self.pool, node_id):
+            await self._forget(job["id"], job["attempt"], JobState(job["state"]), reason)
+        self.wake()
+
+    async def _forget(self, job_id: str, attempt: int, state: JobState, why: str) -> None:
+        """A placed job that its node no longer runs: requeue it, or finish a cancel."""
+        if state is JobState.CANCELLING:
+            await jobs.transition(self.pool, job_id, JobState.CANCELLED, why, attempt=attempt)
+        else:
+            await jobs.transition(
+                self.pool, job_id, JobState.PENDING, f"requeued: {why}", attempt=attempt
+            )
+
+    async def _reconcile(self, link: AgentLink) -> None:
+        """Make schedd's view of this node and the agent's agree, the agent's being the fact."""
+        reports = {(r.job_id, r.attempt): r for r in link.hello.jobs}
+        for job in await jobs.placed(self.pool, link.node_id):
+            if (job["id"], job["attempt"]) not in reports:
+                why = f"node {link.node_id} does not know it (lost)"
+                await self._forget(job["id"], job["attempt"], JobState(job["state"]), why)
+        for report in link.hello.jobs:
+            await self._apply_report(link, report)
+
+    async def _apply_report(self, link: AgentLink, report: JobReport) -> None:
+        if report.status == "running":
+            await self._on_started(link, report.job_id, report.attempt)
+        elif report.reason is not None:
+            await self._on_failed(
+                link, JobFailed(job_id=report.job_id, attempt=report.attempt, reason=report.reason)
+            )
+        else:
+            await self._on_exited(
+                link,
+                JobExited(
+                    job_id=report.job_id,
+                    attempt=report.attempt,
+                    exit_code=report.exit_code,
+                    signal=report.signal,
+                ),
+            )
+
+    # ---- events ------------------------------------------------------------
+
+    async def _dispatch(self, link: AgentLink, event: protocol.AgentMessage) -> None:
+        match event:
+            case JobStarted():
+                await self._on_started(link, event.job_id, event.attempt)
+            case JobExited():
+                await self._on_exited(link, event)
+            case JobFailed():
+                await self._on_failed(link, event)
+            case GpuState():
+                for sample in event.samples:
+                    link.samples[sample.uuid] = sample
+                await nodes.record_samples(self.pool, event.samples)
+            case LogChunk():
+                queue = self.log_streams.get(event.request_id)
+                if queue is not None:
+                    try:
+                        queue.put_nowait(event)
+                    except asyncio.QueueFull:
+                        queue.get_nowait()  # drop the oldest; the reader is told below
+                        queue.put_nowait(
+                            LogChunk(
+                                request_id=event.request_id,
+                                eof=True,
+                                error="log reader too slow; stream cut",
+                            )
+                        )
+            case Hello():
+                log.warning("second hello ignored", node_id=link.node_id)
+
+    async def _on_started(self, link: AgentLink, job_id: str, attempt: int) -> None:
+        moved = await jobs.transition(
+            self.pool, job_id, JobState.RUNNING, "started", attempt=attempt, node_id=link.node_id
+        )
+        if moved.ok:
+            return
+        if moved.attempt == attempt and moved.current is JobState.RUNNING:
+            return  # a repeated report, e.g. in a reconnect's hello
+        wanted_cancel = moved.attempt == attempt and moved.current is JobState.CANCELLING
+        why = "cancelled" if wanted_cancel else "not scheduled here"
+        # The agent runs something schedd does not want running there: stop it.
+        await link.send(
+            Kill(job_id=job_id, attempt=attempt, grace_s=self.config.kill_grace_s, reason=why)
+        )
+
+    async def _on_exited(self, link: AgentLink, event: JobExited) -> None:
+        row = await jobs.get(self.pool, event.job_id)
+        words = describe_exit(event.exit_code, event.signal)
+        if row is not None and row["attempt"] == event.attempt:
+            cancelling = row["state"] == JobState.CANCELLING
+            if event.exit_code == 0 and event.signal is None:
+                target = JobState.SUCCEEDED
+            else:
+                target = JobState.CANCELLED if cancelling else JobState.FAILED
+            await jobs.transition(
+                self.pool,
+                event.job_id,
+                target,
+                words,
+                attempt=event.attempt,
+                exit_code=event.exit_code,
+                exit_signal=event.signal,
+                reason=words if target is not JobState.SUCCEEDED else None,
+            )
+        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+        self.wake()
+
+    async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:
+        await jobs.transition(
+            self.pool,
+            event.job_id,
+            JobState.FAILED,
+            event.reason,
+            attempt=event.attempt,
+            reason=event.reason,
+        )
+        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+        self.wake()
+
+    # ---- sending -------------------------------------------------------------
+
+    async def send(self, node_id: str, msg: protocol.Msg) -> bool:
+        link = self.links.get(node_id)
+        return link is not None and await link.send(msg)
+
+    async def close(self) -> None:
+        for link in list(self.links.values()):
+            await link.ws.close(code=1001, message=b"schedd shutting down")
+
+
+_DATA = (WSMsgType.TEXT, WSMsgType.BINARY)

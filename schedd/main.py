@@ -1,0 +1,100 @@
+"""schedd: the scheduler daemon (HTTP API, agent hub, scheduler loop)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import uvloop
+from aiohttp import web
+
+from schedd import policy
+from schedd.api import Api, build_app
+from schedd.executor import Executor
+from schedd.hub import Hub
+from schedd.scheduler import Scheduler
+from schedd.store import db, embedded, jobs, nodes
+from shared import logging, systemd
+from shared.config import ConfigError, SchedConfig, load
+from shared.tasks import Supervisor
+
+log = logging.get("schedd")
+
+
+async def async_main(config: SchedConfig) -> None:
+    supervisor = Supervisor()
+    dsn = config.resolved_dsn()
+    pg: embedded.EmbeddedPostgres | None = None
+    if dsn is None:
+        pg = await asyncio.to_thread(embedded.start, config.data_dir)
+        dsn = pg.dsn
+    pool = await db.connect(dsn, config.db_pool_size)
+    try:
+        await nodes.disconnect_all(pool)
+        hub = Hub(pool, config, supervisor)
+        executor = Executor(pool, hub, config)
+        scheduler = Scheduler(pool, hub, executor, config.policy)
+        hub.wake = scheduler.wake
+        # Jobs placed on nodes that never come back after this restart must not hang.
+        for node_id in {r["node_id"] for r in await jobs.placed(pool)}:
+            hub.start_lost_timer(node_id)
+
+        app = build_app(Api(pool, hub, scheduler, executor), config.max_body_bytes)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, config.listen_host, config.listen_port)
+        await site.start()
+        supervisor.spawn(scheduler.run(), name="scheduler")
+        scheduler.wake()
+        interval = systemd.watchdog_interval()
+        if interval:
+            supervisor.spawn(systemd.async_watchdog(interval), name="watchdog")
+        systemd.notify("READY=1")
+        log.info(
+            "schedd ready",
+            listen=f"{config.listen_host}:{config.listen_port}",
+            policy=config.policy,
+            database="embedded" if pg else "external",
+        )
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+        systemd.notify("STOPPING=1")
+        log.info("schedd stopping")
+        await supervisor.close()
+        await hub.close()
+        await runner.cleanup()
+    finally:
+        await pool.close()
+        if pg is not None:
+            await asyncio.to_thread(pg.stop)
+    log.info("schedd stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="schedd", description=__doc__)
+    parser.add_argument("--config", help="path of schedd.toml (defaults apply without one)")
+    args = parser.parse_args(argv)
+    try:
+        config = load(SchedConfig, args.config)
+        config.resolved_join_token()
+    except ConfigError as exc:
+        print(f"schedd: config: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logging.configure("schedd", config.log_level)
+    try:
+        policy.profile(config.policy)
+    except ValueError as exc:
+        print(f"schedd: config: policy: {exc}", file=sys.stderr)
+        sys.exit(2)
+    uvloop.run(async_main(config))
+
+
+if __name__ == "__main__":
+    main()

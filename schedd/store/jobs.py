@@ -1,0 +1,292 @@
+"""Jobs and their event log.
+
+Every state change goes through `transition`: one statement that locks the row, moves
+it only from a state the transition table allows (and, for agent reports, only for the
+attempt the report is about), and appends the event, atomically.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from shared import logging
+from shared.model import (
+    HOLDS_RESOURCES,
+    IllegalTransition,
+    JobSpec,
+    JobState,
+    check_transition,
+    sources_of,
+)
+
+log = logging.get("store")
+
+JOB_COLUMNS = (
+    "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
+    " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
+    " started_at, finished_at, updated_at"
+)
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was used before with a different spec."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
+def new_job_id() -> str:
+    return "j-" + secrets.token_hex(8)
+
+
+async def submit(
+    pool: asyncpg.Pool, user: str, spec: JobSpec, idempotency_key: str | None
+) -> tuple[asyncpg.Record, bool]:
+    """Store a pending job and its first event; (job, True) if new, (existing, False) on a retry."""
+    spec_json = msgspec.to_builtins(spec)
+    row = await pool.fetchrow(
+        f"""
+        WITH j AS (
+            INSERT INTO jobs (id, user_name, name, queue, priority, kind, spec, state,
+                              gpus, cpus, memory_mib, gpu_memory_mib, idempotency_key)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12)
+            ON CONFLICT (user_name, idempotency_key) DO NOTHING
+            RETURNING {JOB_COLUMNS}
+        ), e AS (
+            INSERT INTO job_events (job_id, to_state, attempt, reason)
+            SELECT id, 'pending', 0, 'submitted' FROM j
+        )
+        SELECT * FROM j
+        """,
+        new_job_id(),
+        user,
+        spec.name,
+        spec.queue,
+        spec.priority,
+        spec.kind.value,
+        spec_json,
+        spec.gpus,
+        spec.cpus,
+        spec.memory_mib,
+        spec.gpu_memory_mib,
+        idempotency_key,
+    )
+    if row is not None:
+        return row, True
+    existing = await pool.fetchrow(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE user_name = $1 AND idempotency_key = $2",
+        user,
+        idempotency_key,
+    )
+    assert existing is not None
+    if existing["spec"] != spec_json:
+        raise IdempotencyConflict(existing["id"])
+    return existing, False
+
+
+async def get(pool: asyncpg.Pool, job_id: str) -> asyncpg.Record | None:
+    return await pool.fetchrow(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1", job_id)
+
+
+async def events(pool: asyncpg.Pool, job_id: str) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT at, from_state, to_state, attempt, node_id, reason FROM job_events"
+        " WHERE job_id = $1 ORDER BY id",
+        job_id,
+    )
+
+
+async def list_jobs(
+    pool: asyncpg.Pool,
+    *,
+    user: str | None,
+    state: str | None,
+    queue: str | None,
+    after_seq: int,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """Jobs in submission order, filtered; keyset-paginated by `seq`."""
+    return await pool.fetch(
+        f"""
+        SELECT {JOB_COLUMNS} FROM jobs
+        WHERE seq > $1
+          AND ($2::text IS NULL OR user_name = $2)
+          AND ($3::text IS NULL OR state = $3)
+          AND ($4::text IS NULL OR queue = $4)
+        ORDER BY seq LIMIT $5
+        """,
+        after_seq,
+        user,
+        state,
+        queue,
+        limit,
+    )
+
+
+async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT id, user_name, queue, priority, kind, gpus, cpus, memory_mib, gpu_memory_mib,"
+        " submitted_at FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
+        limit,
+    )
+
+
+async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg.Record]:
+    """Jobs holding resources, on one node or everywhere."""
+    return await pool.fetch(
+        "SELECT id, user_name, queue, state, attempt, node_id, gpu_uuids, gpus, cpus, memory_mib,"
+        " gpu_memory_mib, started_at FROM jobs"
+        " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
+        [s.value for s in HOLDS_RESOURCES],
+        node_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The outcome of `transition`: `ok` if it moved; else `current` says where it is."""
+
+    ok: bool
+    current: JobState | None  # None: no such job
+    attempt: int | None
+    detail: str = ""
+
+
+# Which columns a transition may set besides state; values are bound, never spliced.
+_SETTABLE = {
+    "node_id",
+    "gpu_uuids",
+    "exit_code",
+    "exit_signal",
+    "reason",
+    "started_at",
+    "finished_at",
+}
+
+
+async def transition(
+    db: asyncpg.Pool | asyncpg.Connection,
+    job_id: str,
+    to: JobState,
+    why: str,
+    *,
+    attempt: int | None = None,
+    node_id: str | None = None,
+    only_from: tuple[JobState, ...] | None = None,
+    **sets: Any,
+) -> Moved:
+    """Move a job to `to` if the table allows it from its current state; `why` is logged.
+
+    `node_id` names the node in the event (and, entering `assigned`, the placement).
+    `attempt` (when given) must match the job's current attempt: reports about an
+    earlier placement are stale. `only_from` narrows the table's sources (e.g. cancel
+    only a pending job). Entering `assigned` starts a new attempt; entering `pending`
+    releases the placement.
+    """
+    unknown = set(sets) - _SETTABLE
+    if unknown:
+        raise ValueError(f"transition cannot set {sorted(unknown)}")
+    sources = [s.value for s in sources_of(to) if only_from is None or s in only_from]
+    assignments = ["state = $2", "updated_at = now()"]
+    params: list[Any] = [job_id, to.value, sources, attempt, why, node_id]
+    if to is JobState.ASSIGNED:
+        if node_id is None:
+            raise ValueError("a placement needs its node_id")
+        assignments += ["attempt = j.attempt + 1", "node_id = $6"]
+    if to is JobState.PENDING:
+        sets = {**sets, "node_id": None, "gpu_uuids": [], "started_at": None}
+    if to is JobState.RUNNING:
+        assignments.append("started_at = now()")
+    if to in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        assignments.append("finished_at = now()")
+    for column, value in sets.items():
+        params.append(value)
+        assignments.append(f"{column} = ${len(params)}")
+    row = await db.fetchrow(
+        f"""
+        WITH old AS (
+            SELECT id, state, attempt, node_id FROM jobs WHERE id = $1 FOR UPDATE
+        ), moved AS (
+            UPDATE jobs j SET {", ".join(assignments)}
+            FROM old
+            WHERE j.id = old.id AND old.state = ANY($3::text[])
+              AND ($4::int IS NULL OR old.attempt = $4)
+            RETURNING old.state AS from_state, j.attempt, j.node_id
+        ), ev AS (
+            INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+            SELECT $1, from_state, $2, attempt, coalesce($6, node_id, (SELECT node_id FROM old)), $5
+            FROM moved
+        )
+        SELECT (SELECT state FROM old) AS current, (SELECT attempt FROM old) AS attempt,
+               (SELECT from_state FROM moved) AS from_state,
+               (SELECT attempt FROM moved) AS new_attempt
+        """,
+        *params,
+    )
+    assert row is not None
+    if row["current"] is None:
+        return Moved(False, None, None, "no such job")
+    if row["from_state"] is not None:
+        src = JobState(row["from_state"])
+        log.info(
+            "job transition",
+            job_id=job_id,
+            from_state=src.value,
+            to_state=to.value,
+            attempt=row["new_attempt"],
+            reason=why,
+        )
+        return Moved(True, to, row["new_attempt"])
+    current = JobState(row["current"])
+    if attempt is not None and row["attempt"] != attempt:
+        detail = f"stale report for attempt {attempt}; the job is at attempt {row['attempt']}"
+    else:
+        try:
+            check_transition(current, to)
+            detail = "moved by someone else first"
+        except IllegalTransition as exc:
+            detail = str(exc)
+    log.info("job transition refused", job_id=job_id, to_state=to.value, detail=detail)
+    return Moved(False, current, row["attempt"], detail)
+
+
+def spec_of(row: asyncpg.Record) -> JobSpec:
+    return msgspec.convert(row["spec"], JobSpec)
+
+
+def as_dict(row: asyncpg.Record) -> dict[str, Any]:
+    """A job as the API shows it."""
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "name": row["name"],
+        "user": row["user_name"],
+        "queue": row["queue"],
+        "priority": row["priority"],
+        "kind": row["kind"],
+        "state": row["state"],
+        "attempt": row["attempt"],
+        "spec": row["spec"],
+        "placement": (
+            {"node_id": row["node_id"], "gpu_uuids": list(row["gpu_uuids"])}
+            if row["node_id"]
+            else None
+        ),
+        "exit_code": row["exit_code"],
+        "exit_signal": row["exit_signal"],
+        "reason": row["reason"],
+        "submitted_at": _iso(row["submitted_at"]),
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
+    }
+    return out
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

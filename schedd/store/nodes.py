@@ -1,0 +1,85 @@
+"""Nodes and their GPUs as agents registered them, and GPU samples as they arrive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from shared.protocol import GpuSample, Inventory
+
+
+async def register(pool: asyncpg.Pool, node_id: str, inv: Inventory) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            """
+            INSERT INTO nodes (node_id, labels, cpus, memory_mib, gpu_backend, connected)
+            VALUES ($1, $2, $3, $4, $5, true)
+            ON CONFLICT (node_id) DO UPDATE SET labels = $2, cpus = $3, memory_mib = $4,
+                gpu_backend = $5, connected = true, last_seen = now()
+            """,
+            node_id,
+            inv.labels,
+            inv.cpus,
+            inv.memory_mib,
+            inv.gpu_backend,
+        )
+        await conn.execute(
+            "DELETE FROM gpus WHERE node_id = $1 AND NOT uuid = ANY($2::text[])",
+            node_id,
+            [g.uuid for g in inv.gpus],
+        )
+        await conn.executemany(
+            """
+            INSERT INTO gpus (uuid, node_id, index, model, memory_mib) VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (uuid) DO UPDATE SET node_id = $2, index = $3, model = $4,
+                memory_mib = $5, updated_at = now()
+            """,
+            [(g.uuid, node_id, g.index, g.model, g.memory_mib) for g in inv.gpus],
+        )
+
+
+async def set_connected(pool: asyncpg.Pool, node_id: str, connected: bool) -> None:
+    await pool.execute(
+        "UPDATE nodes SET connected = $2, last_seen = now() WHERE node_id = $1", node_id, connected
+    )
+
+
+async def disconnect_all(pool: asyncpg.Pool) -> None:
+    """At start-up no agent is connected yet, whatever the last run left behind."""
+    await pool.execute("UPDATE nodes SET connected = false WHERE connected")
+
+
+async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
+    await pool.executemany(
+        "UPDATE gpus SET utilization_pct = $2, memory_used_mib = $3, updated_at = now()"
+        " WHERE uuid = $1",
+        [(s.uuid, s.utilization_pct, s.memory_used_mib) for s in samples],
+    )
+
+
+async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
+    nodes = await pool.fetch(
+        "SELECT node_id, labels, cpus, memory_mib, gpu_backend, connected, first_seen, last_seen"
+        " FROM nodes ORDER BY node_id"
+    )
+    gpus = await pool.fetch(
+        "SELECT g.uuid, g.node_id, g.index, g.model, g.memory_mib, g.utilization_pct,"
+        " g.memory_used_mib, j.id AS job_id FROM gpus g"
+        " LEFT JOIN jobs j ON j.state IN ('assigned', 'running', 'cancelling')"
+        "   AND g.uuid = ANY(j.gpu_uuids)"
+        " ORDER BY g.node_id, g.index"
+    )
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for g in gpus:
+        entry = dict(g)
+        by_node.setdefault(entry.pop("node_id"), []).append(entry)
+    return [
+        {
+            **dict(n),
+            "first_seen": n["first_seen"].isoformat(),
+            "last_seen": n["last_seen"].isoformat(),
+            "gpus": by_node.get(n["node_id"], []),
+        }
+        for n in nodes
+    ]

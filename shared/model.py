@@ -1,0 +1,174 @@
+"""Job spec, job states and the one transition table.
+
+Every state change anywhere in the system (store, API, agents' reports) is checked
+against `TRANSITIONS`; the database enforces it with conditional updates.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"  # accepted, waiting for a placement
+    ASSIGNED = "assigned"  # placed; the launch is on its way to the agent
+    RUNNING = "running"  # the agent started the process
+    CANCELLING = "cancelling"  # cancel asked while placed; the kill is on its way
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# States in which a job holds its placement (GPUs, CPUs, memory on a node).
+HOLDS_RESOURCES: frozenset[JobState] = frozenset(
+    {JobState.ASSIGNED, JobState.RUNNING, JobState.CANCELLING}
+)
+
+_S = JobState
+# (from, to) -> what the transition means. The literal table is the contract:
+# anything not listed is illegal and refused.
+TRANSITIONS: dict[tuple[JobState, JobState], str] = {
+    (_S.PENDING, _S.ASSIGNED): "placed by the scheduler",
+    (_S.PENDING, _S.CANCELLED): "cancelled before it started",
+    (_S.ASSIGNED, _S.RUNNING): "the agent started it",
+    (_S.ASSIGNED, _S.PENDING): "requeued: the agent never started it",
+    (_S.ASSIGNED, _S.FAILED): "the agent could not start it",
+    (_S.ASSIGNED, _S.CANCELLING): "cancel asked before it started",
+    (_S.ASSIGNED, _S.SUCCEEDED): "exited 0 before its start was recorded",
+    (_S.RUNNING, _S.SUCCEEDED): "exited with status 0",
+    (_S.RUNNING, _S.FAILED): "exited non-zero, by a signal, or could not run",
+    (_S.RUNNING, _S.PENDING): "requeued: lost with its node",
+    (_S.RUNNING, _S.CANCELLING): "cancel asked while running",
+    (_S.CANCELLING, _S.CANCELLED): "the kill took effect",
+    (_S.CANCELLING, _S.SUCCEEDED): "it finished before the kill arrived",
+    (_S.CANCELLING, _S.FAILED): "it failed before the kill arrived",
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, src: JobState, dst: JobState) -> None:
+        super().__init__(f"illegal transition {src.value} -> {dst.value}")
+        self.src = src
+        self.dst = dst
+
+
+def check_transition(src: JobState, dst: JobState) -> str:
+    """Return the meaning of src -> dst, or raise IllegalTransition."""
+    try:
+        return TRANSITIONS[(src, dst)]
+    except KeyError:
+        raise IllegalTransition(src, dst) from None
+
+
+def sources_of(dst: JobState) -> tuple[JobState, ...]:
+    """Every state from which `dst` may be reached, in table order."""
+    return tuple(src for (src, to) in TRANSITIONS if to is dst)
+
+
+class JobKind(enum.StrEnum):
+    GUARANTEED = "guaranteed"
+    OPPORTUNISTIC = "opportunistic"
+
+
+Name = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+QueueName = Annotated[
+    str, Meta(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
+]
+EnvKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LabelKey = Annotated[
+    str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+]
+Arg = Annotated[str, Meta(max_length=65536)]
+AbsPath = Annotated[str, Meta(min_length=1, max_length=4096, pattern=r"^/")]
+
+
+class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """What a user submits. Unknown fields are refused; every bound is checked."""
+
+    name: Name
+    command: Annotated[list[Arg], Meta(min_length=1, max_length=4096)] | None = None
+    script: Annotated[str, Meta(min_length=1, max_length=1_000_000)] | None = None
+    env: Annotated[dict[EnvKey, Arg], Meta(max_length=1024)] = {}
+    cwd: AbsPath | None = None
+    gpus: Annotated[int, Meta(ge=0, le=4096)] = 1
+    gpu_memory_mib: Annotated[int, Meta(gt=0, le=16 * 1024 * 1024)] | None = None
+    cpus: Annotated[float, Meta(gt=0, le=4096)] = 1.0
+    memory_mib: Annotated[int, Meta(gt=0, le=64 * 1024 * 1024)] = 1024
+    queue: QueueName = "default"
+    priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
+    kind: JobKind = JobKind.GUARANTEED
+    deadline: datetime | None = None
+    iterations: Annotated[int, Meta(gt=0)] | None = None
+    inputs: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=1024)
+    ] = []
+    image: Annotated[str, Meta(min_length=1, max_length=1024)] | None = None
+    labels: Annotated[
+        dict[LabelKey, Annotated[str, Meta(max_length=1024)]], Meta(max_length=256)
+    ] = {}
+
+    def __post_init__(self) -> None:
+        if (self.command is None) == (self.script is None):
+            raise ValueError("exactly one of `command` or `script` is required")
+        if self.deadline is not None and self.deadline.tzinfo is None:
+            raise ValueError("`deadline` needs a time zone, e.g. 2026-01-01T12:00:00Z")
+
+    def argv(self) -> list[str]:
+        """The argv the agent runs: the command, or the script through /bin/sh."""
+        if self.command is not None:
+            return list(self.command)
+        assert self.script is not None
+        return ["/bin/sh", "-c", self.script]
+
+
+class SpecError(ValueError):
+    """A spec that does not validate; `field` names the offending field when known."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field = field
+        self.reason = reason
+
+
+_spec_decoder = msgspec.json.Decoder(JobSpec)
+
+
+def parse_spec(body: bytes) -> JobSpec:
+    """Decode and validate a JSON job spec, raising SpecError with the field at fault."""
+    try:
+        return _spec_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _spec_error(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise SpecError(None, f"malformed JSON: {exc}") from None
+
+
+def _spec_error(message: str) -> SpecError:
+    # msgspec says "Expected `int` >= 0, got -1 - at `$.gpus`" or
+    # "Object contains unknown field `foo`" or the __post_init__ text.
+    reason, sep, where = message.rpartition(" - at `")
+    if not sep:
+        reason, where = message, ""
+    field = where.rstrip("`").removeprefix("$").lstrip(".") or None
+    if reason.startswith("Object contains unknown field `"):
+        unknown = reason.split("`")[1]
+        field = f"{field}.{unknown}" if field else unknown
+        reason = "unknown field"
+    elif "`command` or `script`" in reason:
+        field = "command"
+    elif "`deadline`" in reason:
+        field = "deadline"
+    elif reason.startswith("Object missing required field `"):
+        missing = reason.split("`")[1]
+        field = f"{field}.{missing}" if field else missing
+        reason = "required field missing"
+    return SpecError(field, reason)
+
+
+ExitKind = Literal["exited", "signalled", "failed_to_start"]
