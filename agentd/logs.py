@@ -11,6 +11,7 @@ from shared.protocol import LogChunk, LogRequest
 
 CHUNK_BYTES = 64 * 1024
 FOLLOW_IDLE_S = 0.2  # how often a followed log is read again when it has not grown
+FOLLOW_START_WAIT_S = 60.0  # a follower may ask before the launch has reached this node
 
 
 def _read(path: Path, offset: int) -> bytes:
@@ -23,6 +24,10 @@ async def serve(
     runner: Runner, req: LogRequest, send: Callable[[LogChunk], Awaitable[bool]]
 ) -> None:
     path = runner.job_dir(req.job_id, req.attempt) / "output.log"
+    waited = 0.0
+    while req.follow and not path.exists() and waited < FOLLOW_START_WAIT_S:
+        await asyncio.sleep(FOLLOW_IDLE_S)
+        waited += FOLLOW_IDLE_S
     if not path.exists():
         await send(
             LogChunk(

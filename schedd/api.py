@@ -255,7 +255,8 @@ class Api:
                     f"node {row['node_id']} holding the logs is not connected",
                     node_id=row["node_id"],
                 )
-            first = await asyncio.wait_for(queue.get(), 10.0)
+            # A follower may ask before the job has started; the agent waits for it to.
+            first = await asyncio.wait_for(queue.get(), 75.0 if follow else 10.0)
             if first.error is not None:
                 raise Problem(
                     404 if "no log" in first.error else 502, "Logs unavailable", first.error

@@ -155,7 +155,14 @@ def _spec_error(message: str) -> SpecError:
     reason, sep, where = message.rpartition(" - at `")
     if not sep:
         reason, where = message, ""
-    field = where.rstrip("`").removeprefix("$").lstrip(".") or None
+    where = where.rstrip("`")
+    if where.startswith("key` in `"):  # a mapping's key is at fault
+        where = where.removeprefix("key` in `")
+        reason = f"a key: {reason}"
+    elif where.endswith("[...]"):  # a mapping's value; msgspec does not say which key
+        where = where.removesuffix("[...]")
+        reason = f"a value: {reason}"
+    field = where.removeprefix("$").lstrip(".") or None
     if reason.startswith("Object contains unknown field `"):
         unknown = reason.split("`")[1]
         field = f"{field}.{unknown}" if field else unknown

@@ -1,0 +1,154 @@
+"""The runner and launcher with real processes: start, exit codes, kill, restart recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentd.runner import Runner
+from shared.protocol import JobExited, JobFailed, JobStarted, Launch, Msg
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.messages: list[Msg] = []
+        self.arrived = asyncio.Event()
+
+    def post(self, msg: Msg) -> None:
+        self.messages.append(msg)
+        self.arrived.set()
+
+    async def wait_for(self, kind: type, within_s: float = 10.0) -> Msg:
+        async with asyncio.timeout(within_s):
+            while True:
+                for msg in self.messages:
+                    if isinstance(msg, kind):
+                        return msg
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+def launch(job_id: str, code: str, attempt: int = 1, **kw: object) -> Launch:
+    return Launch(
+        job_id=job_id, attempt=attempt, user="alice", argv=[sys.executable, "-c", code], **kw
+    )  # type: ignore[arg-type]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+async def test_exit_code_and_output_are_recorded(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    code = "import os; print('gpus', os.environ['CUDA_VISIBLE_DEVICES']); raise SystemExit(3)"
+    await runner.start(launch("j1", code, gpu_uuids=["GPU-a", "GPU-b"]))
+    exited = await out.wait_for(JobExited)
+    assert [type(m) for m in out.messages] == [JobStarted, JobExited]
+    assert (exited.exit_code, exited.signal) == (3, None)
+    log = (runner.job_dir("j1", 1) / "output.log").read_text()
+    assert log == "gpus GPU-a,GPU-b\n"
+
+
+async def test_a_command_that_cannot_start_fails_with_the_reason(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    await runner.start(Launch(job_id="j", attempt=1, user="u", argv=["/no/such/binary"]))
+    failed = await out.wait_for(JobFailed)
+    assert "/no/such/binary" in failed.reason
+    assert not any(isinstance(m, JobStarted) for m in out.messages)
+
+
+async def test_kill_takes_down_the_whole_process_group(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    code = (
+        "import subprocess, time; p = subprocess.Popen(['sleep', '60']);"
+        "open('child.pid', 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    await runner.start(launch("j", code, cwd=str(tmp_path)))
+    started = await out.wait_for(JobStarted)
+    child_file = tmp_path / "child.pid"
+    async with asyncio.timeout(10):
+        while not child_file.exists() or not child_file.read_text():  # noqa: ASYNC110 - a file, not an event
+            await asyncio.sleep(0.02)
+    grandchild = int(child_file.read_text())
+    await runner.kill("j", 1, grace_s=5)
+    exited = await out.wait_for(JobExited)
+    assert exited.signal == signal.SIGTERM
+    await asyncio.sleep(0.1)
+    assert not alive(started.pid) and not alive(grandchild)
+
+
+async def test_a_job_survives_a_runner_restart_and_its_exit_is_found(tmp_path: Path) -> None:
+    first = Outbox()
+    runner = Runner(tmp_path, first.post)
+    await runner.start(launch("j", "import time; time.sleep(1.0); raise SystemExit(7)"))
+    await first.wait_for(JobStarted)
+    runner.close()  # the agent goes away; the launcher does not
+
+    second = Outbox()
+    again = Runner(tmp_path, second.post)
+    again.recover()
+    reports = again.reports()
+    assert [(r.job_id, r.attempt, r.status) for r in reports] == [("j", 1, "running")]
+    exited = await second.wait_for(JobExited)
+    assert exited.exit_code == 7
+    assert not any(isinstance(m, JobExited) for m in first.messages)
+
+
+async def test_an_exit_while_no_agent_watched_is_reported_after_restart(tmp_path: Path) -> None:
+    first = Outbox()
+    runner = Runner(tmp_path, first.post)
+    await runner.start(launch("j", "raise SystemExit(5)"))
+    await first.wait_for(JobExited)
+    runner.close()
+    again = Runner(tmp_path, Outbox().post)
+    again.recover()
+    [report] = again.reports()
+    assert (report.status, report.exit_code) == ("exited", 5)
+    again.ack("j", 1)
+    assert again.reports() == []
+    third = Runner(tmp_path, Outbox().post)
+    third.recover()
+    assert third.reports() == []  # acknowledged exits are forgotten for good
+
+
+async def test_a_repeated_launch_does_not_start_the_job_twice(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    code = "open('runs', 'a').write('x'); import time; time.sleep(0.5)"
+    await runner.start(launch("j", code, cwd=str(tmp_path)))
+    await runner.start(launch("j", code, cwd=str(tmp_path)))
+    await out.wait_for(JobExited)
+    assert (tmp_path / "runs").read_text() == "x"
+    assert sum(isinstance(m, JobStarted) for m in out.messages) == 2  # the same start, told twice
+
+
+async def test_a_kill_before_the_launch_means_it_never_starts(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    await runner.kill("j", 1, grace_s=1)
+    await runner.start(launch("j", "open('ran', 'w')", cwd=str(tmp_path)))
+    exited = await out.wait_for(JobExited)
+    assert exited.signal == signal.SIGKILL
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("image", ["pytorch:2"])
+async def test_images_are_refused_until_containers_are_supported(
+    tmp_path: Path, image: str
+) -> None:
+    out = Outbox()
+    await Runner(tmp_path, out.post).start(launch("j", "pass", image=image))
+    failed = await out.wait_for(JobFailed)
+    assert "image" in failed.reason
