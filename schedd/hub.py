@@ -149,8 +149,8 @@ class Hub:
         self.wake()
 
     def start_lost_timer(self, node_id: str) -> None:
-        if node_id in self.links or node_id in self._lost_timers:
-            return
+        if node_id in self.links or node_id in self._lost_timers or self.supervisor.closing:
+            return  # at shutdown no timer is needed: the next start sets them up again
         self._lost_timers[node_id] = self.supervisor.spawn(
             self._node_lost_after(node_id), name=f"node-lost:{node_id}"
         )

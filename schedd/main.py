@@ -67,8 +67,8 @@ async def async_main(config: SchedConfig) -> None:
 
         systemd.notify("STOPPING=1")
         log.info("schedd stopping")
-        await supervisor.close()
         await hub.close()
+        await supervisor.close()
         await runner.cleanup()
     finally:
         await pool.close()

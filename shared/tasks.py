@@ -17,6 +17,10 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         if self._closing:
             coro.close()
