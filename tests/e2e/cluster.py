@@ -59,7 +59,11 @@ class Cluster:
         return self.root / "schedd.toml"
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "GPUSCHED_DSN": self.dsn}
+        """The DSN for the daemons; an empty one means schedd's embedded PostgreSQL."""
+        env = {k: v for k, v in os.environ.items() if k != "GPUSCHED_DSN"}
+        if self.dsn:
+            env["GPUSCHED_DSN"] = self.dsn
+        return env
 
     # ---- processes ------------------------------------------------------------------
 

@@ -78,3 +78,22 @@ def test_schedd_killed_with_jobs_pending_and_running_loses_and_repeats_nothing(
         job = cluster.job(alice, job_id)
         assert job["attempt"] == 1
         assert [e["to"] for e in job["events"]].count("assigned") == 1
+
+
+def test_schedd_on_embedded_postgres_comes_back_after_kill9(tmp_path: Path) -> None:
+    cluster = Cluster(root=tmp_path, dsn="")
+    try:
+        cluster.start_schedd()
+        alice = cluster.token("alice")
+        job_id = cluster.submit(alice, script="true", gpus=1)  # no agent: it stays pending
+        assert cluster.schedd is not None
+        cluster.kill9(cluster.schedd)
+        pidfile = tmp_path / "schedd-data" / "postgres" / "postmaster.pid"
+        assert pidfile.exists()  # the database outlives the crash...
+        cluster.start_schedd()  # ...and the restart reuses it
+        assert cluster.job(alice, job_id)["state"] == "pending"
+        cluster.schedd.terminate()
+        assert cluster.schedd.wait(30) == 0
+        assert not pidfile.exists()  # a clean stop stops it, whoever started it
+    finally:
+        cluster.stop()
