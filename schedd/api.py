@@ -29,7 +29,8 @@ log = logging.get("api")
 PRINCIPAL = web.RequestKey("principal", tokens.Principal)
 MAX_IDEMPOTENCY_KEY = 255
 TOKEN_CACHE_S = 30.0  # a revoked token stops working within this time
-JSON_BODY_TYPES = {"application/json", "application/x-www-form-urlencoded", ""}
+# curl -d sends x-www-form-urlencoded unless told otherwise; take it as the JSON it is.
+JSON_BODY_TYPES = {"application/json", "application/x-www-form-urlencoded"}
 LOG_QUEUE_CHUNKS = 256
 
 
@@ -90,7 +91,9 @@ class Api:
         except Problem as problem:
             return problem.response(request.path)
         except web.HTTPRequestEntityTooLarge as exc:
-            return Problem(413, "Payload too large", exc.text or "body too large").response()
+            return Problem(413, "Payload too large", exc.text or "body too large").response(
+                request.path
+            )
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -121,7 +124,7 @@ class Api:
 
     async def submit(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
-        if request.content_type not in JSON_BODY_TYPES:
+        if "Content-Type" in request.headers and request.content_type not in JSON_BODY_TYPES:
             raise Problem(
                 415,
                 "Unsupported media type",

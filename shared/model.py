@@ -98,7 +98,7 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
     cwd: AbsPath | None = None
     gpus: Annotated[int, Meta(ge=0, le=4096)] = 1
     gpu_memory_mib: Annotated[int, Meta(gt=0, le=16 * 1024 * 1024)] | None = None
-    cpus: Annotated[float, Meta(gt=0, le=4096)] = 1.0
+    cpus: Annotated[float, Meta(ge=0.01, le=4096)] = 1.0
     memory_mib: Annotated[int, Meta(gt=0, le=64 * 1024 * 1024)] = 1024
     queue: QueueName = "default"
     priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
@@ -114,10 +114,26 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
     ] = {}
 
     def __post_init__(self) -> None:
+        # Messages start with the field in backticks: _spec_error names the field from it.
         if (self.command is None) == (self.script is None):
-            raise ValueError("exactly one of `command` or `script` is required")
+            raise ValueError("`command`: exactly one of `command` or `script` is required")
         if self.deadline is not None and self.deadline.tzinfo is None:
-            raise ValueError("`deadline` needs a time zone, e.g. 2026-01-01T12:00:00Z")
+            raise ValueError("`deadline`: needs a time zone, e.g. 2026-01-01T12:00:00Z")
+        for field, texts in self._texts():
+            if any("\x00" in t for t in texts):
+                # PostgreSQL text cannot hold NUL, and no argv or environment can either.
+                raise ValueError(f"`{field}`: must not contain NUL characters")
+
+    def _texts(self) -> list[tuple[str, list[str]]]:
+        return [
+            ("command", self.command or []),
+            ("script", [self.script or ""]),
+            ("env", [*self.env, *self.env.values()]),
+            ("cwd", [self.cwd or ""]),
+            ("inputs", self.inputs),
+            ("image", [self.image or ""]),
+            ("labels", [*self.labels, *self.labels.values()]),
+        ]
 
     def argv(self) -> list[str]:
         """The argv the agent runs: the command, or the script through /bin/sh."""
@@ -167,10 +183,8 @@ def _spec_error(message: str) -> SpecError:
         unknown = reason.split("`")[1]
         field = f"{field}.{unknown}" if field else unknown
         reason = "unknown field"
-    elif "`command` or `script`" in reason:
-        field = "command"
-    elif "`deadline`" in reason:
-        field = "deadline"
+    elif reason.startswith("`") and "`: " in reason:  # raised by __post_init__
+        field, _, reason = reason[1:].partition("`: ")
     elif reason.startswith("Object missing required field `"):
         missing = reason.split("`")[1]
         field = f"{field}.{missing}" if field else missing

@@ -30,7 +30,7 @@ CREATE TABLE jobs (
     node_id          text,
     gpu_uuids        text[] NOT NULL DEFAULT '{}',
     gpus             integer NOT NULL,
-    cpus             real NOT NULL,
+    cpus             double precision NOT NULL,
     memory_mib       integer NOT NULL,
     gpu_memory_mib   integer,
     exit_code        integer,
@@ -71,7 +71,7 @@ CREATE TRIGGER job_events_no_rewrite BEFORE UPDATE OR DELETE ON job_events
 CREATE TABLE nodes (
     node_id      text PRIMARY KEY,
     labels       jsonb NOT NULL DEFAULT '{}',
-    cpus         real NOT NULL,
+    cpus         double precision NOT NULL,
     memory_mib   bigint NOT NULL,
     gpu_backend  text NOT NULL,
     connected    boolean NOT NULL DEFAULT false,
