@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -38,13 +39,15 @@ async def serve(
         )
         return
     offset = req.offset
+    # A chunk boundary may fall inside a character: decode across chunks.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while True:
         job = runner.jobs.get((req.job_id, req.attempt))
         running = job is not None and job.ended is None
         data = await asyncio.to_thread(_read, path, offset)
         if data:
             offset += len(data)
-            text = data.decode("utf-8", errors="replace")
+            text = decoder.decode(data)
             if not await send(LogChunk(request_id=req.request_id, data=text)):
                 return
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
@@ -191,5 +191,3 @@ def _spec_error(message: str) -> SpecError:
         reason = "required field missing"
     return SpecError(field, reason)
 
-
-ExitKind = Literal["exited", "signalled", "failed_to_start"]

@@ -152,3 +152,31 @@ async def test_images_are_refused_until_containers_are_supported(
     await Runner(tmp_path, out.post).start(launch("j", "pass", image=image))
     failed = await out.wait_for(JobFailed)
     assert "image" in failed.reason
+
+
+async def test_logs_are_served_whole_across_chunks_and_characters(tmp_path: Path) -> None:
+    from agentd import logs
+    from shared.protocol import LogChunk, LogRequest
+
+    runner = Runner(tmp_path, Outbox().post)
+    job_dir = runner.job_dir("j", 1)
+    job_dir.mkdir(parents=True)
+    text = "a" * (logs.CHUNK_BYTES - 1) + "é" + "z" * 10  # 'é' straddles the first boundary
+    (job_dir / "output.log").write_text(text)
+    chunks: list[LogChunk] = []
+
+    async def send(chunk: LogChunk) -> bool:
+        chunks.append(chunk)
+        return True
+
+    await logs.serve(runner, LogRequest(request_id="r", job_id="j", attempt=1), send)
+    assert "".join(c.data for c in chunks) == text
+    assert chunks[-1].eof and chunks[-1].error is None
+    missing: list[LogChunk] = []
+
+    async def record(chunk: LogChunk) -> bool:
+        missing.append(chunk)
+        return True
+
+    await logs.serve(runner, LogRequest(request_id="r", job_id="j", attempt=2), record)
+    assert missing[0].eof and "no log" in (missing[0].error or "")
