@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> None:
             config = load(SchedConfig, args.config)
         except ConfigError as exc:
             sys.exit(f"schedctl: config: {exc}")
-        print(asyncio.run(_create_token(config, args.user, args.admin)))
+        from schedd.store.embedded import EmbeddedPostgresError
+
+        try:
+            print(asyncio.run(_create_token(config, args.user, args.admin)))
+        except EmbeddedPostgresError as exc:
+            sys.exit(f"schedctl: {exc}")
     elif args.command == "submit":
         body = sys.stdin.buffer.read() if args.spec == "-" else Path(args.spec).read_bytes()
         _print(_http("POST", "/v1/jobs", body))

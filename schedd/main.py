@@ -93,7 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         print(f"schedd: config: policy: {exc}", file=sys.stderr)
         sys.exit(2)
-    uvloop.run(async_main(config))
+    try:
+        uvloop.run(async_main(config))
+    except embedded.EmbeddedPostgresError as exc:
+        log.error("cannot start the embedded database", error=str(exc))
+        sys.exit(2)
 
 
 if __name__ == "__main__":

