@@ -190,4 +190,3 @@ def _spec_error(message: str) -> SpecError:
         field = f"{field}.{missing}" if field else missing
         reason = "required field missing"
     return SpecError(field, reason)
-
