@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -14,8 +12,8 @@ import uvloop
 from agentd import gpu
 from agentd.link import Link
 from agentd.runner import Runner
-from shared import logging, systemd
-from shared.config import AgentConfig, ConfigError, load
+from shared import daemon, logging, systemd
+from shared.config import AgentConfig
 from shared.protocol import Inventory
 from shared.tasks import Supervisor
 
@@ -58,11 +56,7 @@ async def async_main(config: AgentConfig) -> None:
         schedd=config.schedd_url,
         recovered_jobs=len(runner.jobs),
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await daemon.stop_requested()
     # Jobs are left running: they belong to their launchers, and the next agent finds them.
     systemd.notify("STOPPING=1")
     await supervisor.close()
@@ -71,16 +65,7 @@ async def async_main(config: AgentConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="agentd", description=__doc__)
-    parser.add_argument("--config", help="path of agentd.toml (defaults apply without one)")
-    args = parser.parse_args(argv)
-    try:
-        config = load(AgentConfig, args.config)
-        config.resolved_join_token()
-    except ConfigError as exc:
-        print(f"agentd: config: {exc}", file=sys.stderr)
-        sys.exit(2)
-    logging.configure("agentd", config.log_level)
+    config = daemon.config_from_argv("agentd", AgentConfig, argv, __doc__)
     try:
         uvloop.run(async_main(config))
     except gpu.GpuBackendError as exc:

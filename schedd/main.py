@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import signal
 import sys
 
 import uvloop
@@ -16,8 +14,8 @@ from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.scheduler import Scheduler
 from schedd.store import db, embedded, jobs, nodes
-from shared import logging, systemd
-from shared.config import ConfigError, SchedConfig, load
+from shared import daemon, logging, systemd
+from shared.config import SchedConfig
 from shared.tasks import Supervisor
 
 log = logging.get("schedd")
@@ -59,11 +57,7 @@ async def async_main(config: SchedConfig) -> None:
             database="embedded" if pg else "external",
         )
 
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await daemon.stop_requested()
 
         systemd.notify("STOPPING=1")
         log.info("schedd stopping")
@@ -78,16 +72,7 @@ async def async_main(config: SchedConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="schedd", description=__doc__)
-    parser.add_argument("--config", help="path of schedd.toml (defaults apply without one)")
-    args = parser.parse_args(argv)
-    try:
-        config = load(SchedConfig, args.config)
-        config.resolved_join_token()
-    except ConfigError as exc:
-        print(f"schedd: config: {exc}", file=sys.stderr)
-        sys.exit(2)
-    logging.configure("schedd", config.log_level)
+    config = daemon.config_from_argv("schedd", SchedConfig, argv, __doc__)
     try:
         policy.profile(config.policy)
     except ValueError as exc:

@@ -118,7 +118,7 @@ class Scheduler:
                 queue=r["queue"],
                 node_id=r["node_id"],
                 gpu_uuids=tuple(r["gpu_uuids"]),
-                request=Request(r["gpus"], r["cpus"], r["memory_mib"], r["gpu_memory_mib"]),
+                request=_request(r),
                 state=r["state"],
                 started_at=r["started_at"].timestamp() if r["started_at"] else None,
             )
@@ -131,12 +131,16 @@ class Scheduler:
                 queue=r["queue"],
                 priority=r["priority"],
                 kind=r["kind"],
-                request=Request(r["gpus"], r["cpus"], r["memory_mib"], r["gpu_memory_mib"]),
+                request=_request(r),
                 submitted_at=r["submitted_at"].timestamp(),
             )
             for r in pending_rows
         )
         return Snapshot(nodes=nodes, placed=placed, pending=pending)
+
+
+def _request(row: asyncpg.Record) -> Request:
+    return Request(row["gpus"], row["cpus"], row["memory_mib"], row["gpu_memory_mib"])
 
 
 def _util(sample: GpuSample | None) -> int:
