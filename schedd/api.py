@@ -119,7 +119,7 @@ class Api:
         except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
             return respond({"status": "unavailable", "database": str(exc)}, status=503)
         return respond(
-            {"status": "ok", "agents": len(self.hub.links), "policy": self.scheduler.profile}
+            {"status": "ok", "agents": len(self.hub.links), "policy": self.scheduler.profile.name}
         )
 
     async def submit(self, request: web.Request) -> web.Response:

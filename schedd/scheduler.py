@@ -25,7 +25,7 @@ log = logging.get("scheduler")
 # Above this many pending jobs the plan runs in a worker thread, so that a long plan
 # does not hold the event loop (websocket pings, API requests) for its whole length.
 PLAN_IN_THREAD_ABOVE = 2000
-MAX_PENDING_PER_CYCLE = 20000
+NO_NODES = Wait("no_nodes", "no nodes are connected")
 
 
 class Scheduler:
@@ -33,19 +33,18 @@ class Scheduler:
         self.pool = pool
         self.hub = hub
         self.executor = executor
-        self.profile = profile
-        self.plan_fn = policy.profile(profile)
+        self.profile = policy.profile(profile)
         self._wakeup = asyncio.Event()
         self.waiting: dict[str, Wait] = {}
+        self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self.cycles = 0
 
     def wake(self) -> None:
         self._wakeup.set()
 
     def why_pending(self, job_id: str) -> Wait:
-        return self.waiting.get(
-            job_id, Wait("not_considered", "not yet considered by the scheduler")
-        )
+        wait = self.waiting.get(job_id) or self._beyond
+        return wait or Wait("not_considered", "not yet considered by the scheduler")
 
     async def run(self) -> None:
         while True:
@@ -62,22 +61,33 @@ class Scheduler:
 
     async def cycle(self) -> Plan:
         started = time.perf_counter()
-        snapshot = await self.snapshot()
+        window = self.profile.pending_window
+        snapshot = await self.snapshot(window)
+        if not snapshot.nodes:
+            # Nothing can start anywhere: say so without reading the queue.
+            self.waiting, self._beyond = {}, NO_NODES
+            return Plan()
         now = time.time()
         if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE:
-            plan = await asyncio.to_thread(self.plan_fn, snapshot, now)
+            plan = await asyncio.to_thread(self.profile.plan, snapshot, now)
         else:
-            plan = self.plan_fn(snapshot, now)
+            plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
         launched = 0
         for action in plan.actions:
             if await self.executor.execute(action):
                 launched += 1
+        full = len(snapshot.pending) == window
         self.waiting = plan.waiting
+        self._beyond = (
+            Wait("queued", f"queued behind the {window} oldest pending jobs") if full else None
+        )
+        if full and launched:
+            self.wake()  # the window moved on: the jobs behind it may start too
         self.cycles += 1
         log.info(
             "scheduling cycle",
-            policy=self.profile,
+            policy=self.profile.name,
             nodes=len(snapshot.nodes),
             pending=len(snapshot.pending),
             actions=len(plan.actions),
@@ -88,9 +98,7 @@ class Scheduler:
         )
         return plan
 
-    async def snapshot(self) -> Snapshot:
-        placed_rows = await jobs.placed(self.pool)
-        pending_rows = await jobs.pending(self.pool, MAX_PENDING_PER_CYCLE)
+    async def snapshot(self, pending_window: int) -> Snapshot:
         nodes = tuple(
             Node(
                 node_id=link.node_id,
@@ -111,6 +119,10 @@ class Scheduler:
             )
             for link in self.hub.links.values()
         )
+        if not nodes:
+            return Snapshot(nodes=(), placed=(), pending=())
+        placed_rows = await jobs.placed(self.pool)
+        pending_rows = await jobs.pending(self.pool, pending_window)
         placed = tuple(
             PlacedJob(
                 job_id=r["id"],

@@ -179,3 +179,22 @@ async def test_bad_messages_are_skipped_and_the_link_stays(
     assert isinstance(launch, p.Launch) and launch.job_id == job_id
     assert "n1" in schedd.hub.links
     await close(ws)
+
+
+async def test_a_cycle_that_used_its_whole_window_plans_again(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schedd import policy
+    from schedd.policy import fifo
+
+    monkeypatch.setitem(policy.PROFILES, "fifo-1", policy.Profile("fifo-1", fifo.plan, 1))
+    ids = [await submit(pool) for _ in range(3)]
+    async with start_schedd(pool, policy="fifo-1") as schedd:
+        ws = await connect(schedd.server)
+        await hello(ws)
+        # Each cycle reads one job; a cycle that started it plans again at once.
+        first, second = await next_msg(ws), await next_msg(ws)
+        assert [first.job_id, second.job_id] == ids[:2]  # type: ignore[union-attr]
+        await state_becomes(pool, ids[1], "assigned")
+        assert schedd.scheduler.why_pending(ids[2]).code in ("no_capacity", "queued")
+        await close(ws)
