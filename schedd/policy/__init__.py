@@ -31,7 +31,7 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "fifo": Profile("fifo", fifo.plan, pending_window=512),
+    "fifo": Profile("fifo", fifo.plan, pending_window=128),
 }
 
 
