@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import orjson
 from aiohttp import web
 
+from schedd import queue_report
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.problems import Problem, invalid, not_found, unauthorized
@@ -78,6 +80,7 @@ class Api:
             web.post("/v1/jobs/{job_id}/cancel", self.cancel),
             web.get("/v1/jobs/{job_id}/logs", self.logs),
             web.get("/v1/nodes", self.list_nodes),
+            web.get("/v1/queues", self.list_queues),
             web.get("/v1/agents/ws", self.hub.handle),
         ]
 
@@ -142,6 +145,16 @@ class Api:
         except SpecError as exc:
             status = 400 if exc.field is None and exc.reason.startswith("malformed") else 422
             raise invalid(exc.field, exc.reason, status=status) from None
+        known = self.scheduler.queue_config
+        if known and spec.queue not in known:
+            raise Problem(
+                400,
+                "Unknown queue",
+                f"queue: unknown queue {spec.queue!r}; known: {', '.join(sorted(known))}",
+                field="queue",
+                reason=f"unknown queue {spec.queue!r}",
+                known=sorted(known),
+            )
         try:
             row, created = await jobs.submit(self.pool, principal.user, spec, key)
         except jobs.IdempotencyConflict as exc:
@@ -207,6 +220,13 @@ class Api:
         if row["state"] == JobState.PENDING:
             wait = self.scheduler.why_pending(row["id"])
             body["pending_reason"] = {"code": wait.code, "reason": wait.reason}
+            held = self.scheduler.reservations.get(row["id"])
+            if held is not None:
+                body["reservation"] = {
+                    "node_ids": list(held.node_ids),
+                    "expected_start": datetime.fromtimestamp(held.expected_start, UTC).isoformat(),
+                    "reason": held.reason,
+                }
         return respond(body)
 
     async def cancel(self, request: web.Request) -> web.Response:
@@ -231,6 +251,9 @@ class Api:
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         return respond({"nodes": await nodes.list_nodes(self.pool)})
+
+    async def list_queues(self, request: web.Request) -> web.Response:
+        return respond(await queue_report.report(self.scheduler))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:
         row = await self._own_job(request)

@@ -1,8 +1,9 @@
 """schedctl: the command-line client.
 
 `schedctl token create` talks to the database directly (it is how the first admin
-token comes to be, on the schedd host); every other command talks to the HTTP API
-with $GPUSCHED_URL and $GPUSCHED_TOKEN, exactly as curl would.
+token comes to be, on the schedd host); `schedctl sim` replays a trace offline (see
+docs/simulator.md); every other command talks to the HTTP API with $GPUSCHED_URL and
+$GPUSCHED_TOKEN, exactly as curl would.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from schedd import cli_queues
+from schedd.sim import cli as sim_cli
 from shared import logging
 from shared.config import ConfigError, SchedConfig, load
 
@@ -90,6 +93,17 @@ def main(argv: list[str] | None = None) -> None:
     logs.add_argument("job_id")
     logs.add_argument("-f", "--follow", action="store_true")
     sub.add_parser("nodes", help="list nodes and their GPUs")
+    sub.add_parser("queues", help="queues: guarantee, max, use, borrowing, share, waits")
+    sub.add_parser("explain", help="why a job is in its state, with its queue").add_argument(
+        "job_id"
+    )
+    sim = sub.add_parser(
+        "sim",
+        help="replay a trace through policy profiles on simulated nodes",
+        description="Replay a trace through policy profiles on a simulated cluster "
+        "and report JCT, queueing, allocation, fairness and deadlines (docs/simulator.md).",
+    )
+    sim_cli.add_arguments(sim)
 
     args = parser.parse_args(argv)
     logging.configure("schedctl", "warning", sys.stderr)  # stdout is for results
@@ -120,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
         _http("GET", f"/v1/jobs/{args.job_id}/logs{follow}", stream=True)
     elif args.command == "nodes":
         _print(_http("GET", "/v1/nodes"))
+    elif args.command == "queues":
+        print(cli_queues.queues_text(_http("GET", "/v1/queues")))
+    elif args.command == "explain":
+        job = _http("GET", f"/v1/jobs/{args.job_id}")
+        print(cli_queues.explain_text(job, _http("GET", "/v1/queues")))
+    elif args.command == "sim":
+        sim_cli.run(args, sim)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncpg
 
 from schedd.hub import Hub
-from schedd.policy.actions import Action, Launch, Stop
+from schedd.policy.actions import Action, Launch, Preempt, Stop
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
@@ -34,17 +34,24 @@ class Executor:
             case Stop():
                 moved = await self.cancel(action.job_id, action.reason)
                 return moved.ok
+            case Preempt() if action.requeue:
+                return await self.preempt(action)
+            case Preempt():
+                moved = await self.cancel(action.job_id, action.reason)  # stop, no requeue
+                return moved.ok
         log.warning("action not supported yet", action=type(action).__name__, job_id=action.job_id)
         return False
 
     async def launch(self, action: Launch) -> bool:
+        # The live snapshot says multi_node=False, so a plan never spans nodes here.
+        (shard,) = action.shards
         moved = await jobs.transition(
             self.pool,
             action.job_id,
             JobState.ASSIGNED,
             action.reason,
-            node_id=action.node_id,
-            gpu_uuids=list(action.gpu_uuids),
+            node_id=shard.node_id,
+            gpu_uuids=list(shard.gpu_uuids),
         )
         if not moved.ok:
             return False
@@ -58,15 +65,44 @@ class Executor:
             argv=spec.argv(),
             env=spec.env,
             cwd=spec.cwd,
-            gpu_uuids=list(action.gpu_uuids),
+            gpu_uuids=list(shard.gpu_uuids),
             cpus=spec.cpus,
             memory_mib=spec.memory_mib,
             inputs=spec.inputs,
             image=spec.image,
         )
-        if not await self.hub.send(action.node_id, msg):
+        if not await self.hub.send(shard.node_id, msg):
             # The node went away between the snapshot and now; its return or loss requeues it.
-            log.warning("launch not delivered", job_id=action.job_id, node_id=action.node_id)
+            log.warning("launch not delivered", job_id=action.job_id, node_id=shard.node_id)
+        return True
+
+    async def preempt(self, action: Preempt) -> bool:
+        """Take a placed job's resources back: commit `preempting`, then kill it.
+
+        Its exit (or its loss) requeues it as pending (hub._on_exited); until then it
+        holds its GPUs, so that nothing starts on them while it is still stopping.
+        """
+        moved = await jobs.transition(
+            self.pool,
+            action.job_id,
+            JobState.PREEMPTING,
+            action.reason,
+            only_from=(JobState.RUNNING, JobState.ASSIGNED),
+            reason=action.reason,
+        )
+        if not moved.ok:
+            return False  # it ended, or was cancelled, since the snapshot
+        row = await self.kill(action.job_id)
+        log.info(
+            "job preempted",
+            job_id=action.job_id,
+            attempt=moved.attempt,
+            queue=row["queue"] if row else None,
+            user=row["user_name"] if row else None,
+            node_id=row["node_id"] if row else None,
+            grace_s=self.config.kill_grace_s,
+            reason=action.reason,
+        )
         return True
 
     async def cancel(self, job_id: str, reason: str) -> jobs.Moved:
@@ -74,17 +110,20 @@ class Executor:
         moved = await jobs.transition(
             self.pool, job_id, JobState.CANCELLED, reason, only_from=(JobState.PENDING,)
         )
-        if moved.ok or moved.current not in (JobState.ASSIGNED, JobState.RUNNING):
+        placed = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
+        if moved.ok or moved.current not in placed:
             return moved
         moved = await jobs.transition(self.pool, job_id, JobState.CANCELLING, reason)
-        if moved.ok:
+        # A job being preempted has its kill on its way already: it now ends cancelled.
+        if moved.ok and moved.previous is not JobState.PREEMPTING:
             await self.kill(job_id)
         return moved
 
-    async def kill(self, job_id: str) -> None:
+    async def kill(self, job_id: str) -> asyncpg.Record | None:
+        """Send the job's node a Kill (SIGTERM, SIGKILL after the grace); the job's row."""
         row = await jobs.get(self.pool, job_id)
         if row is None or row["node_id"] is None:
-            return
+            return row
         await self.hub.send(
             row["node_id"],
             Kill(
@@ -94,3 +133,4 @@ class Executor:
                 reason=row["reason"] or "cancelled",
             ),
         )
+        return row

@@ -45,6 +45,9 @@ class AgentLink:
     ws: web.WebSocketResponse
     hello: Hello
     samples: dict[str, protocol.GpuSample] = field(default_factory=dict)
+    # False until welcomed and reconciled: the scheduler places only on ready links, so a
+    # launch never precedes the welcome and reconciliation never requeues a fresh launch.
+    ready: bool = False
 
     async def send(self, msg: protocol.Msg) -> bool:
         if self.ws.closed:
@@ -103,8 +106,8 @@ class Hub:
             await ws.close(code=protocol.CLOSE_PROTOCOL_MISMATCH, message=b"protocol mismatch")
             return ws
         link = AgentLink(hello.node_id, ws, hello)
-        await self._attach(link)
         try:
+            await self._attach(link)
             async for msg in ws:
                 if msg.type not in _DATA:
                     break
@@ -120,15 +123,17 @@ class Hub:
 
     async def _attach(self, link: AgentLink) -> None:
         node_id = link.node_id
+        await nodes.register(self.pool, node_id, link.hello.inventory)
         old = self.links.get(node_id)
-        if old is not None:
-            await old.ws.close(code=protocol.CLOSE_REPLACED, message=b"replaced")
+        # Published before the first await below, so that the old link's detach sees it
+        # replaced, and kills sent for this node from now on reach the new link.
         self.links[node_id] = link
         timer = self._lost_timers.pop(node_id, None)
         if timer is not None:
             timer.cancel()
-        await nodes.register(self.pool, node_id, link.hello.inventory)
         await link.send(protocol.Welcome(protocol=protocol.PROTOCOL_VERSION))
+        if old is not None:
+            await old.ws.close(code=protocol.CLOSE_REPLACED, message=b"replaced")
         log.info(
             "agent connected",
             node_id=node_id,
@@ -137,6 +142,7 @@ class Hub:
             jobs=len(link.hello.jobs),
         )
         await self._reconcile(link)
+        link.ready = True
         self.wake()
 
     async def _detach(self, link: AgentLink) -> None:
@@ -239,8 +245,12 @@ class Hub:
             return
         if moved.attempt == attempt and moved.current is JobState.RUNNING:
             return  # a repeated report, e.g. in a reconnect's hello
-        wanted_cancel = moved.attempt == attempt and moved.current is JobState.CANCELLING
-        why = "cancelled" if wanted_cancel else "not scheduled here"
+        same = moved.attempt == attempt
+        if same and moved.current in (JobState.CANCELLING, JobState.PREEMPTING):
+            # Its kill may have raced the start on the agent, or been lost: again.
+            why = "cancelled" if moved.current is JobState.CANCELLING else "preempted"
+        else:
+            why = "not scheduled here"
         # The agent runs something schedd does not want running there: stop it.
         await link.send(
             Kill(job_id=job_id, attempt=attempt, grace_s=self.config.kill_grace_s, reason=why)
@@ -250,6 +260,12 @@ class Hub:
         row = await jobs.get(self.pool, event.job_id)
         words = describe_exit(event.exit_code, event.signal)
         if row is not None and row["attempt"] == event.attempt:
+            if row["state"] == JobState.PREEMPTING:
+                # Whatever the exit code: a preempted job is requeued (attempt kept).
+                await self._requeue_preempted(row, event.attempt, words)
+                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+                self.wake()
+                return
             cancelling = row["state"] == JobState.CANCELLING
             if event.exit_code == 0 and event.signal is None:
                 target = JobState.SUCCEEDED
@@ -268,7 +284,29 @@ class Hub:
         await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
         self.wake()
 
+    async def _requeue_preempted(self, row: asyncpg.Record, attempt: int, words: str) -> None:
+        why = f"requeued after preemption ({row['reason'] or 'preempted'}): {words}"
+        await jobs.transition(
+            self.pool,
+            row["id"],
+            JobState.PENDING,
+            why,
+            attempt=attempt,
+            only_from=(JobState.PREEMPTING,),
+            reason=why,
+        )
+
     async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:
+        row = await jobs.get(self.pool, event.job_id)
+        if (
+            row is not None
+            and row["attempt"] == event.attempt
+            and row["state"] == JobState.PREEMPTING
+        ):
+            await self._requeue_preempted(row, event.attempt, event.reason)
+            await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+            self.wake()
+            return
         await jobs.transition(
             self.pool,
             event.job_id,

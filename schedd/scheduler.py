@@ -1,23 +1,41 @@
 """The event loop around the pure policy: wake on an event, snapshot, plan, act.
 
 Events (a submission, an exit, a cancel, a node joining or leaving) call `wake()`;
-wakes that arrive while a cycle runs fold into one more cycle. Nothing is polled.
+wakes that arrive while a cycle runs fold into one more cycle. A profile with `tick_s`
+also plans that often while jobs are pending or running (its order changes with time).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import Counter
+from dataclasses import dataclass
 
 import asyncpg
 
-from schedd import policy
+from schedd import policy_config
 from schedd.executor import Executor
 from schedd.hub import Hub
-from schedd.policy.actions import Plan, Wait
-from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Snapshot
+from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.framework import NO_NODES
+from schedd.policy.queues import lineage
+from schedd.policy.settings import Settings
+from schedd.policy.snapshot import (
+    Gpu,
+    Node,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+    Snapshot,
+    Usage,
+)
 from schedd.store import jobs
 from shared import logging
+from shared.config import SchedConfig
+from shared.model import JobState
 from shared.protocol import GpuSample
 
 log = logging.get("scheduler")
@@ -25,18 +43,57 @@ log = logging.get("scheduler")
 # Above this many pending jobs the plan runs in a worker thread, so that a long plan
 # does not hold the event loop (websocket pings, API requests) for its whole length.
 PLAN_IN_THREAD_ABOVE = 2000
-NO_NODES = Wait("no_nodes", "no nodes are connected")
+USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this often
+ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
+ESTIMATE_CACHE_MAX = 100_000
+# A preemption is in flight from its commit until the victim's exit, at most its kill
+# grace and this long: beyond that its node is taken to be away, and holds nothing back.
+PREEMPT_SETTLE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """What the last planning cycle saw and decided, for the API."""
+
+    at: float
+    pending: tuple[PendingJob, ...]
+    plan: Plan
+
+    def waiting_by_queue(self) -> dict[str, Counter[str]]:
+        """Wait codes counted per queue, a job counting in its queue's ancestors too."""
+        queue_of = {j.job_id: j.queue for j in self.pending}
+        out: dict[str, Counter[str]] = {}
+        for job_id, wait in self.plan.waiting.items():
+            queue = queue_of.get(job_id)
+            if queue is not None:
+                for q in lineage(queue):
+                    out.setdefault(q, Counter())[wait.code] += 1
+        return out
 
 
 class Scheduler:
-    def __init__(self, pool: asyncpg.Pool, hub: Hub, executor: Executor, profile: str) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, hub: Hub, executor: Executor, config: SchedConfig
+    ) -> None:
         self.pool = pool
         self.hub = hub
         self.executor = executor
-        self.profile = policy.profile(profile)
+        self.profile = policy_config.active_profile(config)
+        self.settings = self.profile.spec.settings if self.profile.spec else Settings()
+        self.queues = policy_config.queue_specs(config)
+        self.queue_config = dict(config.queues)
+        self.half_life_s = config.usage_half_life_s
+        self.preempt_in_flight_s = config.kill_grace_s + PREEMPT_SETTLE_S
+        self._in_flight: tuple[str, ...] = ()  # victims of the last snapshot still stopping
         self._wakeup = asyncio.Event()
         self.waiting: dict[str, Wait] = {}
+        self.reservations: dict[str, Reserve] = {}
+        self.last: Cycle | None = None
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
+        self._busy = False  # jobs pending or placed at the last cycle: the tick applies
+        self._usage: tuple[float, Usage] | None = None
+        self._usage_task: asyncio.Task[None] | None = None
+        self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
         self.cycles = 0
 
     def wake(self) -> None:
@@ -48,7 +105,12 @@ class Scheduler:
 
     async def run(self) -> None:
         while True:
-            await self._wakeup.wait()
+            tick = self.profile.tick_s if self._busy else None
+            if tick is None:
+                await self._wakeup.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), tick)
             self._wakeup.clear()
             try:
                 await self.cycle()
@@ -65,7 +127,8 @@ class Scheduler:
         snapshot = await self.snapshot(window)
         if not snapshot.nodes:
             # Nothing can start anywhere: say so without reading the queue.
-            self.waiting, self._beyond = {}, NO_NODES
+            self.waiting, self._beyond, self.reservations = {}, NO_NODES, {}
+            self.last, self._busy = None, False
             return Plan()
         now = time.time()
         if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE:
@@ -73,15 +136,29 @@ class Scheduler:
         else:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
-        launched = 0
+        launched = preempted = deferred = 0
+        reservations: dict[str, Reserve] = {}
+        in_flight = self._in_flight
         for action in plan.actions:
-            if await self.executor.execute(action):
-                launched += 1
+            if isinstance(action, Reserve):
+                reservations[action.job_id] = action  # nothing to send: the plan holds it
+            elif isinstance(action, Preempt) and in_flight:
+                # Victims of an earlier cycle still hold their GPUs until they exit, and a
+                # plan counts them as held: preempting more now would take too many. Their
+                # exits wake the scheduler, which plans again with the GPUs they freed.
+                deferred += 1
+            elif await self.executor.execute(action):
+                launched += isinstance(action, Launch)
+                preempted += isinstance(action, Preempt)
+        if deferred:
+            _explain_deferred(plan, in_flight)
         full = len(snapshot.pending) == window
-        self.waiting = plan.waiting
+        self.waiting, self.reservations = plan.waiting, reservations
+        self.last = Cycle(now, snapshot.pending, plan)
         self._beyond = (
             Wait("queued", f"queued behind the {window} oldest pending jobs") if full else None
         )
+        self._busy = bool(snapshot.pending or snapshot.placed)
         if full and launched:
             self.wake()  # the window moved on: the jobs behind it may start too
         self.cycles += 1
@@ -91,15 +168,22 @@ class Scheduler:
             nodes=len(snapshot.nodes),
             pending=len(snapshot.pending),
             actions=len(plan.actions),
-            done=launched,
+            done=launched + preempted,
+            launched=launched,
+            preempted=preempted,
+            preempt_deferred=deferred,
+            reserved=len(reservations),
             waiting=plan.wait_counts(),
             plan_ms=round((planned - started) * 1000, 2),
             cycle_ms=round((time.perf_counter() - started) * 1000, 2),
         )
         return plan
 
-    async def snapshot(self, pending_window: int) -> Snapshot:
-        nodes = tuple(
+    # ---- the snapshot ------------------------------------------------------------
+
+    def nodes(self) -> tuple[Node, ...]:
+        """Connected, reconciled nodes: nothing is placed on a node that is away."""
+        return tuple(
             Node(
                 node_id=link.node_id,
                 gpus=tuple(
@@ -118,23 +202,23 @@ class Scheduler:
                 labels=dict(link.hello.inventory.labels),
             )
             for link in self.hub.links.values()
+            if link.ready
         )
+
+    async def snapshot(self, pending_window: int) -> Snapshot:
+        nodes = self.nodes()
         if not nodes:
-            return Snapshot(nodes=(), placed=(), pending=())
+            return Snapshot(nodes=(), placed=(), pending=(), queues=self.queues)
         placed_rows = await jobs.placed(self.pool)
         pending_rows = await jobs.pending(self.pool, pending_window)
-        placed = tuple(
-            PlacedJob(
-                job_id=r["id"],
-                user=r["user_name"],
-                queue=r["queue"],
-                node_id=r["node_id"],
-                gpu_uuids=tuple(r["gpu_uuids"]),
-                request=_request(r),
-                state=r["state"],
-                started_at=r["started_at"].timestamp() if r["started_at"] else None,
-            )
+        usage = await self.usage()
+        estimates = await self._history([*placed_rows, *pending_rows])
+        now = time.time()
+        placed = tuple(_placed(r, now, _estimate(r, estimates)) for r in placed_rows)
+        self._in_flight = tuple(
+            r["id"]
             for r in placed_rows
+            if r["state"] == JobState.PREEMPTING and r["in_state_s"] < self.preempt_in_flight_s
         )
         pending = tuple(
             PendingJob(
@@ -144,11 +228,110 @@ class Scheduler:
                 priority=r["priority"],
                 kind=r["kind"],
                 request=_request(r),
-                submitted_at=r["submitted_at"].timestamp(),
+                submitted_at=r["submitted_s"],
+                name=r["name"],
+                estimate_s=_estimate(r, estimates),
+                attained_s=r["attained_gpu_s"],
             )
             for r in pending_rows
         )
-        return Snapshot(nodes=nodes, placed=placed, pending=pending)
+        return Snapshot(
+            nodes=nodes,
+            placed=placed,
+            pending=pending,
+            queues=self.queues,
+            usage=usage,
+            multi_node=False,  # the live runner starts a job on one node
+        )
+
+    async def placed_now(self) -> tuple[PlacedJob, ...]:
+        now = time.time()
+        return tuple(_placed(r, now, None) for r in await jobs.placed(self.pool))
+
+    async def usage(self) -> Usage:
+        """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user).
+
+        Read once, then refreshed in the background when older than USAGE_CACHE_S, so
+        that no cycle waits for the query (it reads every run of the last 5 half-lives).
+        """
+        if self._usage is None:
+            return await self._read_usage()
+        stale = time.monotonic() - self._usage[0] >= USAGE_CACHE_S
+        refreshing = self._usage_task is not None and not self._usage_task.done()
+        if stale and not refreshing and not self.hub.supervisor.closing:
+            self._usage_task = self.hub.supervisor.spawn(self._refresh_usage(), name="usage")
+        return self._usage[1]
+
+    async def _refresh_usage(self) -> None:
+        try:
+            await self._read_usage()
+        except (asyncpg.PostgresError, OSError) as exc:
+            log.warning("reading decayed usage failed", error=str(exc))
+
+    async def _read_usage(self) -> Usage:
+        now = time.monotonic()
+        queues: dict[str, float] = {}
+        users: dict[tuple[str, str], float] = {}
+        for r in await jobs.decayed_usage(self.pool, self.half_life_s):
+            gpu_s = float(r["gpu_s"] or 0.0)
+            users[(r["queue"], r["user_name"])] = gpu_s
+            for q in lineage(r["queue"]):
+                queues[q] = queues.get(q, 0.0) + gpu_s
+        usage = Usage(queues=queues, users=users)
+        self._usage = (now, usage)
+        return usage
+
+    async def _history(self, rows: list[asyncpg.Record]) -> dict[tuple[str, str], float | None]:
+        """Mean run times of earlier jobs of the same user and name, for jobs with no estimate."""
+        now = time.monotonic()
+        keys = {(r["user_name"], r["name"]) for r in rows if r["estimated_runtime_s"] is None}
+        cache = self._estimates
+        stale = [
+            k for k in keys if (hit := cache.get(k)) is None or now - hit[0] > ESTIMATE_CACHE_S
+        ]
+        if stale:
+            if len(cache) + len(stale) > ESTIMATE_CACHE_MAX:
+                cache.clear()
+            for key, mean in (await jobs.mean_runtimes(self.pool, stale)).items():
+                cache[key] = (now, mean)
+        return {k: cache[k][1] for k in keys if k in cache}
+
+
+def _explain_deferred(plan: Plan, in_flight: tuple[str, ...]) -> None:
+    """Jobs that were to preempt wait for the earlier victims instead, and say so."""
+    names = ", ".join(in_flight[:4]) + (" and more" if len(in_flight) > 4 else "")
+    wait = Wait(
+        "preempting",
+        f"waiting for {len(in_flight)} preempted job(s) to stop ({names}) before preempting more",
+    )
+    for job_id, why in plan.waiting.items():
+        if why.code == "preempting":
+            plan.waiting[job_id] = wait
+
+
+def _estimate(row: asyncpg.Record, history: dict[tuple[str, str], float | None]) -> float | None:
+    given: float | None = row["estimated_runtime_s"]
+    if given is not None:
+        return given
+    return history.get((row["user_name"], row["name"]))
+
+
+def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJob:
+    started = row["started_at"].timestamp() if row["started_at"] else None
+    running_s = max(now - started, 0.0) if started is not None else 0.0
+    return PlacedJob(
+        job_id=row["id"],
+        user=row["user_name"],
+        queue=row["queue"],
+        shards=(Shard(row["node_id"], tuple(row["gpu_uuids"])),),
+        request=_request(row),
+        state=row["state"],
+        started_at=started,
+        priority=row["priority"],
+        kind=row["kind"],
+        estimate_s=estimate,
+        attained_s=row["attained_gpu_s"] + row["gpus"] * running_s,
+    )
 
 
 def _request(row: asyncpg.Record) -> Request:

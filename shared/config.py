@@ -7,10 +7,11 @@ not a silently ignored setting. `GPUSCHED_DSN` in the environment overrides `dsn
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -22,6 +23,44 @@ class ConfigError(Exception):
 
 Port = Annotated[int, Meta(ge=0, le=65535)]
 Seconds = Annotated[float, Meta(gt=0)]
+Count = Annotated[int, Meta(ge=0)]
+Amount = Annotated[float, Meta(ge=0)]
+# The job spec's queue names (shared/model.py QueueName): "org" or "org/team".
+QUEUE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(/[a-z0-9][a-z0-9_-]*)*$")
+
+
+class QueueConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One `[queues."org/team"]` table: what the queue is guaranteed and may borrow up to.
+
+    A max left out is unbounded in that dimension; a guarantee left out is 0.
+    """
+
+    guarantee_gpus: Count
+    guarantee_cpus: Amount = 0.0
+    guarantee_memory_mib: Count = 0
+    max_gpus: Count | None = None
+    max_cpus: Amount | None = None
+    max_memory_mib: Count | None = None
+    weight: Annotated[float, Meta(gt=0)] = 1.0
+    user_limit_factor: Annotated[float, Meta(gt=0)] | None = None
+
+
+class ProfileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One `[profiles.NAME]` table: plugin names per stage (checked against the policy).
+
+    For a built-in profile, what is set here replaces the built-in's value and the rest
+    stays; `settings` entries replace single settings. `tick_s = 0` plans on events only.
+    """
+
+    order: str | None = None
+    place: str | None = None
+    admit: list[str] | None = None
+    make_room: list[str] | None = None
+    blocking: str | None = None
+    pending_window: int | None = None
+    tick_s: float | None = None
+    estimates: str | None = None
+    settings: dict[str, Any] = {}
 
 
 class SchedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -34,12 +73,18 @@ class SchedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     join_token: str | None = None
     join_token_file: str | None = None
     policy: str = "fifo"
+    # Past use weighs half as much after this long (fair shares count decayed history).
+    usage_half_life_s: Seconds = 86400.0
     kill_grace_s: Seconds = 10.0
     # A node gone this long has its jobs requeued (they are killed if it comes back).
     node_lost_after_s: Seconds = 300.0
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 1024 * 1024
     db_pool_size: Annotated[int, Meta(ge=2, le=200)] = 10
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Queues by name; with none, any queue name is accepted and none has a quota.
+    queues: dict[str, QueueConfig] = {}
+    # Custom profiles, or overrides of built-in ones, by name.
+    profiles: dict[str, ProfileConfig] = {}
 
     def resolved_dsn(self) -> str | None:
         return os.environ.get("GPUSCHED_DSN") or self.dsn
@@ -116,7 +161,79 @@ def load(kind: type[C], path: str | None) -> C:
         raise ConfigError(f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    tables: dict[str, Any] = {}
+    if kind is SchedConfig:
+        # Decoded one by one below, so that an error names the queue or profile.
+        tables = {key: raw.pop(key) for key in ("queues", "profiles") if key in raw}
     try:
-        return msgspec.convert(raw, kind)
+        config = msgspec.convert(raw, kind)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    if isinstance(config, SchedConfig):
+        try:
+            queues = _named_tables(tables.get("queues", {}), "queues", QueueConfig, quote=True)
+            profiles = _named_tables(tables.get("profiles", {}), "profiles", ProfileConfig)
+            for name, queue in queues.items():
+                _check_queue(name, queue, queues)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        config = msgspec.structs.replace(config, queues=queues, profiles=profiles)
+    return config
+
+
+S = TypeVar("S", QueueConfig, ProfileConfig)
+
+
+def _named_tables(raw: Any, key: str, kind: type[S], quote: bool = False) -> dict[str, S]:
+    """`[key.NAME]` tables decoded one by one, errors naming `key.NAME.field`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}: expected tables like [{key}.NAME]")
+    out: dict[str, S] = {}
+    for name, table in raw.items():
+        where = f'{key}."{name}"' if quote else f"{key}.{name}"
+        if key == "queues" and not QUEUE_NAME.match(name):
+            raise ConfigError(
+                f"{where}: not a queue name: lowercase letters, digits, _ and -, levels"
+                ' separated by / (e.g. "vision/detection")'
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table, got {table!r}")
+        try:
+            out[name] = msgspec.convert(table, kind)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(_named_error(where, str(exc))) from None
+    return out
+
+
+def _named_error(where: str, message: str) -> str:
+    # msgspec says "Expected `int` >= 0, got -1 - at `$.max_gpus`" or
+    # "Object contains unknown field `maxgpus`" or "Object missing required field `x`".
+    reason, sep, at = message.rpartition(" - at `")
+    if not sep:
+        reason, at = message, ""
+    field = at.rstrip("`").removeprefix("$").lstrip(".")
+    reason = reason.replace(" | null`", "`")  # TOML has no null: an optional key is left out
+    for prefix, words in (
+        ("Object contains unknown field `", "unknown key"),
+        ("Object missing required field `", "required"),
+    ):
+        if reason.startswith(prefix):
+            field = ".".join(p for p in (field, reason.split("`")[1]) if p)
+            reason = words
+    return f"{where}.{field}: {reason}" if field else f"{where}: {reason}"
+
+
+def _check_queue(name: str, queue: QueueConfig, queues: dict[str, QueueConfig]) -> None:
+    where = f'queues."{name}"'
+    for dim in ("gpus", "cpus", "memory_mib"):
+        limit = getattr(queue, f"max_{dim}")
+        floor = getattr(queue, f"guarantee_{dim}")
+        if limit is not None and limit < floor:
+            raise ConfigError(f"{where}.max_{dim}: must be ≥ guarantee_{dim} ({floor:g})")
+    # GPUs only: a parent's CPUs and memory left out (0) do not make its teams' wrong.
+    given = sum(q.guarantee_gpus for n, q in queues.items() if n.rpartition("/")[0] == name)
+    if given > queue.guarantee_gpus:
+        raise ConfigError(
+            f"{where}.guarantee_gpus: {queue.guarantee_gpus} is less than its sub-queues'"
+            f" guarantees together ({given})"
+        )

@@ -18,6 +18,7 @@ class JobState(enum.StrEnum):
     PENDING = "pending"  # accepted, waiting for a placement
     ASSIGNED = "assigned"  # placed; the launch is on its way to the agent
     RUNNING = "running"  # the agent started the process
+    PREEMPTING = "preempting"  # the scheduler wants its GPUs back; the kill is on its way
     CANCELLING = "cancelling"  # cancel asked while placed; the kill is on its way
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -26,8 +27,9 @@ class JobState(enum.StrEnum):
 
 TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 # States in which a job holds its placement (GPUs, CPUs, memory on a node).
+# A job being preempted or cancelled holds them until its process has exited.
 HOLDS_RESOURCES: frozenset[JobState] = frozenset(
-    {JobState.ASSIGNED, JobState.RUNNING, JobState.CANCELLING}
+    {JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING, JobState.CANCELLING}
 )
 
 _S = JobState
@@ -45,6 +47,11 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (_S.RUNNING, _S.FAILED): "exited non-zero, by a signal, or could not run",
     (_S.RUNNING, _S.PENDING): "requeued: lost with its node",
     (_S.RUNNING, _S.CANCELLING): "cancel asked while running",
+    (_S.ASSIGNED, _S.PREEMPTING): "preempted by the scheduler before it started",
+    (_S.RUNNING, _S.PREEMPTING): "preempted by the scheduler; the kill is on its way",
+    (_S.PREEMPTING, _S.PENDING): "requeued: its process exited after the preemption, or is lost",
+    # The kill is already on its way; the job ends cancelled instead of requeued.
+    (_S.PREEMPTING, _S.CANCELLING): "cancel asked while being preempted",
     (_S.CANCELLING, _S.CANCELLED): "the kill took effect",
     (_S.CANCELLING, _S.SUCCEEDED): "it finished before the kill arrived",
     (_S.CANCELLING, _S.FAILED): "it failed before the kill arrived",
@@ -105,6 +112,8 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
     kind: JobKind = JobKind.GUARANTEED
     deadline: datetime | None = None
     iterations: Annotated[int, Meta(gt=0)] | None = None
+    # Expected run time in seconds, for policies that use run times (SJF, backfill).
+    estimated_runtime_s: Annotated[float, Meta(gt=0, le=366 * 86400)] | None = None
     inputs: Annotated[
         list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=1024)
     ] = []

@@ -6,11 +6,13 @@ live scheduler and the simulator call the very same functions.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from schedd.policy import fifo
+from schedd.policy import framework
 from schedd.policy.actions import Plan
+from schedd.policy.profiles import BUILTIN, ProfileSpec, stages
 from schedd.policy.snapshot import Snapshot
 
 PlanFn = Callable[[Snapshot, float], Plan]
@@ -18,21 +20,39 @@ PlanFn = Callable[[Snapshot, float], Plan]
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """A named policy: its plan function and how much of the pending queue it reads.
+    """A named policy: its plan function and what the shell must give it.
 
     `pending_window` bounds the pending jobs (oldest first) put in each snapshot. A
     policy that only ever starts jobs from the head of the queue needs no more; the
     scheduler plans again at once whenever a cycle started jobs from a full window.
+    `tick_s`: plan again this often even without events (policies whose order changes
+    with time, as attained service grows); None: events only. `estimates`: where the
+    shell takes `estimate_s` from: "history" (the user's past jobs of the same name) or
+    "oracle" (the true run time; only a simulator knows it).
     """
 
     name: str
     plan: PlanFn
     pending_window: int
+    tick_s: float | None = None
+    estimates: str = "history"
+    spec: ProfileSpec | None = None
 
 
-PROFILES: dict[str, Profile] = {
-    "fifo": Profile("fifo", fifo.plan, pending_window=128),
-}
+def build(name: str, spec: ProfileSpec) -> Profile:
+    """A profile from its spec; raises `ProfileError` naming the bad field."""
+    label = f"{name}: {spec.order} order, {spec.place} placement"
+    return Profile(
+        name=name,
+        plan=functools.partial(framework.plan, stages(spec, label)),
+        pending_window=spec.pending_window,
+        tick_s=spec.tick_s,
+        estimates=spec.estimates,
+        spec=spec,
+    )
+
+
+PROFILES: dict[str, Profile] = {name: build(name, spec) for name, spec in BUILTIN.items()}
 
 
 def profile(name: str) -> Profile:

@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from schedd.policy.snapshot import Shard
+
 
 @dataclass(frozen=True, slots=True)
 class Launch:
     job_id: str
-    node_id: str
-    gpu_uuids: tuple[str, ...]
+    shards: tuple[Shard, ...]  # one per node; more than one only where the shell allows
     reason: str
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        return tuple(u for s in self.shards for u in s.gpu_uuids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +82,11 @@ class Prefetch:
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
+    """GPUs held for a blocked gang until `expected_start`; only shorter jobs backfill them."""
+
     job_id: str
-    node_id: str
-    gpu_uuids: tuple[str, ...]
+    node_ids: tuple[str, ...]
+    expected_start: float
     reason: str
 
 

@@ -1,26 +1,27 @@
-"""Best-fit placement of a job on one node, with the filter counted by reason.
+"""Placement helpers shared by the place plugins: fit on a node, spread a gang, say why not.
 
-Whole GPUs only. Among the nodes that fit, the one left with the fewest free GPUs wins
-(then the fewest free CPUs), so large holes stay open for large jobs.
+Whole GPUs only. A job that fits on one node goes on one node; only a job larger than
+any node is spread, and only where the shell can run a job across nodes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schedd.policy.snapshot import FreeCapacity, Node, Request
+from schedd.policy.snapshot import Node, PendingJob, Request, Shard
+from schedd.policy.view import View
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    node_id: str
-    gpu_uuids: tuple[str, ...]
+    shards: tuple[Shard, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class NoFit:
-    """No node fits now; `filtered` counts nodes by the first check they failed."""
+    """No placement now; `filtered` counts nodes by the first check they failed."""
 
     filtered: dict[str, int]
     most_free_gpus: int
@@ -48,33 +49,56 @@ def node_can_ever_fit(node: Node, request: Request) -> str | None:
     return None
 
 
-def _fit(cap: FreeCapacity, request: Request) -> tuple[str, ...] | str:
-    """The GPUs to use on this node, or the reason it does not fit now."""
-    gpus = cap.free_gpus
+def needs_spreading(job: PendingJob, view: View) -> bool:
+    return view.snapshot.multi_node and job.request.gpus > len(view.by_free) - 1
+
+
+def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
+    """The GPUs this job would use on the node, or why it does not fit there now."""
+    request = job.request
+    cap = view.capacity[node_id]
+    gpus = view.usable_gpus(node_id, job)
     if request.gpu_memory_mib is not None:
         gpus = [g for g in gpus if g.memory_mib >= request.gpu_memory_mib]
     if len(gpus) < request.gpus:
+        if len(cap.free_gpus) >= request.gpus and view.reserved:
+            holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
+            return f"with free GPUs reserved for job {holder}"
         return "with too few free GPUs"
-    if cap.cpus < request.cpus:
+    if cap.cpus < request.cpus - 1e-9:
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
-    chosen = sorted(gpus, key=lambda g: g.index)[: request.gpus]
-    return tuple(g.uuid for g in chosen)
+    return tuple(g.uuid for g in sorted(gpus, key=lambda g: g.index)[: request.gpus])
 
 
-def best_fit(capacity: dict[str, FreeCapacity], request: Request) -> Placement | NoFit:
-    best: tuple[tuple[int, float, str], Placement] | None = None
-    filtered: Counter[str] = Counter()
-    for node_id, cap in capacity.items():
-        fit = _fit(cap, request)
-        if isinstance(fit, str):
-            filtered[fit] += 1
-            continue
-        score = (len(cap.free_gpus) - request.gpus, cap.cpus - request.cpus, node_id)
-        if best is None or score < best[0]:
-            best = (score, Placement(node_id, fit))
-    if best is not None:
-        return best[1]
-    most = max((len(c.free_gpus) for c in capacity.values()), default=0)
+def candidates(view: View, gpus: int) -> Iterable[str]:
+    """Nodes with at least `gpus` free GPUs, fullest first: best fit against fragmentation."""
+    for bucket in view.by_free[gpus:]:
+        yield from list(bucket)
+
+
+def no_fit(view: View, job: PendingJob, filtered: Counter[str]) -> NoFit:
+    short = sum(len(b) for b in view.by_free[: job.request.gpus])
+    if short:
+        filtered["with too few free GPUs"] += short
+    most = next((i for i in range(len(view.by_free) - 1, -1, -1) if view.by_free[i]), 0)
     return NoFit(dict(filtered), most)
+
+
+def spread(view: View, job: PendingJob, node_ids: Iterable[str]) -> Placement | None:
+    """A gang over the given nodes, emptiest first so that it spans as few as possible."""
+    need = job.request.gpus
+    usable = [(n, view.usable_gpus(n, job)) for n in node_ids]
+    usable = [(n, g) for n, g in usable if g]
+    if sum(len(g) for _, g in usable) < need:
+        return None
+    usable.sort(key=lambda ng: (-len(ng[1]), ng[0]))
+    shards = []
+    for node_id, gpus in usable:
+        take = sorted(gpus, key=lambda g: g.index)[: min(need, len(gpus))]
+        shards.append(Shard(node_id, tuple(g.uuid for g in take)))
+        need -= len(take)
+        if need == 0:
+            return Placement(tuple(shards))
+    return None

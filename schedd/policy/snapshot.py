@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
+
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
@@ -31,12 +34,15 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """What one job asks for on one node."""
+    """What one job asks for in all; a job across nodes splits it by its GPUs per node."""
 
     gpus: int
     cpus: float
     memory_mib: int
     gpu_memory_mib: int | None = None
+
+    def resources(self) -> Resources:
+        return Resources(self.gpus, self.cpus, self.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +53,56 @@ class PendingJob:
     priority: int
     kind: str
     request: Request
-    submitted_at: float  # seconds since the epoch
+    submitted_at: float  # seconds since the epoch (virtual seconds in the simulator)
+    name: str = ""
+    # Expected run time, from the spec, the history of the user's jobs of this name, or an
+    # oracle in the simulator; None when nothing is known (policies use their default).
+    estimate_s: float | None = None
+    attained_s: float = 0.0  # GPU-seconds of service received in earlier attempts
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """The part of a job on one node."""
+
+    node_id: str
+    gpu_uuids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class PlacedJob:
-    """A job that holds resources: assigned, running or being cancelled."""
+    """A job that holds resources: assigned, running, or being stopped."""
 
     job_id: str
     user: str
     queue: str
-    node_id: str
-    gpu_uuids: tuple[str, ...]
+    shards: tuple[Shard, ...]
     request: Request
     state: str
     started_at: float | None = None
+    priority: int = 0
+    kind: str = "guaranteed"
+    estimate_s: float | None = None
+    attained_s: float = 0.0  # GPU-seconds of service so far, this attempt included
+    checkpointed_at: float | None = None  # work before this survives a preemption
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        return tuple(u for s in self.shards for u in s.gpu_uuids)
+
+    @property
+    def stoppable(self) -> bool:
+        """Not already on its way out (cancel or preemption in flight)."""
+        return self.state in ("assigned", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Decayed past use, in GPU-seconds, kept by the shell (store or simulator)."""
+
+    queues: dict[str, float] = field(default_factory=dict)
+    users: dict[tuple[str, str], float] = field(default_factory=dict)  # (queue, user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +110,9 @@ class Snapshot:
     nodes: tuple[Node, ...]  # connected nodes only: nothing is placed on a node that is away
     placed: tuple[PlacedJob, ...]
     pending: tuple[PendingJob, ...]  # in submission order
+    queues: tuple[QueueSpec, ...] = ()  # configured queues; others are unlimited, weight 1
+    usage: Usage = field(default_factory=Usage)
+    multi_node: bool = False  # whether the shell can run one job across nodes
 
 
 @dataclass(slots=True)
@@ -86,6 +130,27 @@ class FreeCapacity:
         self.cpus -= request.cpus
         self.memory_mib -= request.memory_mib
 
+    def give_back(self, gpus: list[Gpu], request: Request) -> None:
+        self.free_gpus = sorted([*self.free_gpus, *gpus], key=lambda g: g.index)
+        self.cpus += request.cpus
+        self.memory_mib += request.memory_mib
+
+
+def shard_requests(job_request: Request, shards: tuple[Shard, ...]) -> list[Request]:
+    """The request's CPUs and memory split over its shards in proportion to their GPUs."""
+    if len(shards) == 1:
+        return [job_request]
+    total = max(job_request.gpus, 1)
+    return [
+        Request(
+            len(s.gpu_uuids),
+            job_request.cpus * len(s.gpu_uuids) / total,
+            job_request.memory_mib * len(s.gpu_uuids) // total,
+            job_request.gpu_memory_mib,
+        )
+        for s in shards
+    ]
+
 
 def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     """Each connected node's capacity less what placed jobs hold on it."""
@@ -93,9 +158,10 @@ def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     used_cpus: dict[str, float] = {}
     used_mem: dict[str, int] = {}
     for job in snapshot.placed:
-        used_gpus.update(job.gpu_uuids)
-        used_cpus[job.node_id] = used_cpus.get(job.node_id, 0.0) + job.request.cpus
-        used_mem[job.node_id] = used_mem.get(job.node_id, 0) + job.request.memory_mib
+        for shard, part in zip(job.shards, shard_requests(job.request, job.shards), strict=True):
+            used_gpus.update(shard.gpu_uuids)
+            used_cpus[shard.node_id] = used_cpus.get(shard.node_id, 0.0) + part.cpus
+            used_mem[shard.node_id] = used_mem.get(shard.node_id, 0) + part.memory_mib
     return {
         node.node_id: FreeCapacity(
             node=node,

@@ -18,6 +18,7 @@ import msgspec
 from shared import logging
 from shared.model import (
     HOLDS_RESOURCES,
+    TERMINAL,
     IllegalTransition,
     JobSpec,
     JobState,
@@ -30,8 +31,10 @@ log = logging.get("store")
 JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
-    " started_at, finished_at, updated_at"
+    " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s"
 )
+# Entering these ends an attempt's run: its GPU time is added up and the run recorded.
+_RUN_ENDS = frozenset({JobState.PENDING, *TERMINAL})
 
 
 class IdempotencyConflict(Exception):
@@ -55,8 +58,9 @@ async def submit(
         f"""
         WITH j AS (
             INSERT INTO jobs (id, user_name, name, queue, priority, kind, spec, state,
-                              gpus, cpus, memory_mib, gpu_memory_mib, idempotency_key)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12)
+                              gpus, cpus, memory_mib, gpu_memory_mib, idempotency_key,
+                              estimated_runtime_s)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13)
             ON CONFLICT (user_name, idempotency_key) DO NOTHING
             RETURNING {JOB_COLUMNS}
         ), e AS (
@@ -77,6 +81,7 @@ async def submit(
         spec.memory_mib,
         spec.gpu_memory_mib,
         idempotency_key,
+        spec.estimated_runtime_s,
     )
     if row is not None:
         return row, True
@@ -131,22 +136,98 @@ async def list_jobs(
 
 
 async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
+    """The oldest `limit` pending jobs, in submission order."""
     return await pool.fetch(
-        "SELECT id, user_name, queue, priority, kind, gpus, cpus, memory_mib, gpu_memory_mib,"
-        " submitted_at FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
+        "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
+        " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
+        " estimated_runtime_s, attained_gpu_s"
+        " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
+
+
+async def pending_by_queue(pool: asyncpg.Pool) -> dict[str, int]:
+    rows = await pool.fetch(
+        "SELECT queue, count(*) AS n FROM jobs WHERE state = 'pending' GROUP BY queue"
+    )
+    return {r["queue"]: r["n"] for r in rows}
 
 
 async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg.Record]:
     """Jobs holding resources, on one node or everywhere."""
     return await pool.fetch(
-        "SELECT id, user_name, queue, state, attempt, node_id, gpu_uuids, gpus, cpus, memory_mib,"
-        " gpu_memory_mib, started_at FROM jobs"
+        "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
+        " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
+        " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
         " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
         [s.value for s in HOLDS_RESOURCES],
         node_id,
     )
+
+
+async def decayed_usage(
+    pool: asyncpg.Pool, half_life_s: float, horizon_half_lives: float = 5.0
+) -> list[asyncpg.Record]:
+    """Decayed GPU-seconds per (queue, user): every run of every job, the running ones too.
+
+    A run of `gpus` GPUs from `start` to `end` weighs
+    gpus * h/ln2 * (0.5^((now-end)/h) - 0.5^((now-start)/h)), the integral of
+    gpus * 0.5^((now-t)/h) over the run. Runs that ended more than `horizon_half_lives`
+    half-lives ago are left out (they weigh under 1/32 of their size). Every attempt
+    counts: `job_runs` holds one row per attempt that ran (a preempted or requeued run
+    included), and the attempt running now is read from `jobs`.
+    """
+    return await pool.fetch(
+        """
+        WITH runs AS (
+            SELECT queue, user_name, gpus, started_at, ended_at FROM job_runs
+            WHERE ended_at > now() - make_interval(secs => $1::float8 * $2::float8)
+            UNION ALL
+            SELECT queue, user_name, gpus, started_at, now() FROM jobs
+            WHERE state = ANY($3::text[]) AND started_at IS NOT NULL
+        ), ages AS (
+            -- In half-lives, capped so that power() cannot underflow.
+            SELECT queue, user_name, gpus,
+                   least(greatest(extract(epoch FROM now() - ended_at)::float8, 0) / $1, 1000)
+                     AS end_age,
+                   least(greatest(extract(epoch FROM now() - started_at)::float8, 0) / $1, 1000)
+                     AS start_age
+            FROM runs
+        )
+        SELECT queue, user_name,
+               sum(gpus * $1 / ln(2) * (power(0.5, end_age) - power(0.5, start_age))) AS gpu_s
+        FROM ages GROUP BY queue, user_name
+        """,
+        half_life_s,
+        horizon_half_lives,
+        [s.value for s in HOLDS_RESOURCES],
+    )
+
+
+async def mean_runtimes(
+    pool: asyncpg.Pool, keys: list[tuple[str, str]], last: int = 20
+) -> dict[tuple[str, str], float | None]:
+    """Per (user, job name): the mean run time of the user's `last` succeeded jobs of that
+    name (their latest attempt, start to end), or None when there are none."""
+    if not keys:
+        return {}
+    rows = await pool.fetch(
+        """
+        SELECT k.user_name, k.name, (
+            SELECT avg(extract(epoch FROM r.finished_at - r.started_at))::float8 FROM (
+                SELECT j.finished_at, j.started_at FROM jobs j
+                WHERE j.state = 'succeeded' AND j.user_name = k.user_name AND j.name = k.name
+                  AND j.started_at IS NOT NULL
+                ORDER BY j.finished_at DESC LIMIT $3
+            ) r
+        ) AS mean_s
+        FROM unnest($1::text[], $2::text[]) AS k(user_name, name)
+        """,
+        [u for u, _ in keys],
+        [n for _, n in keys],
+        last,
+    )
+    return {(r["user_name"], r["name"]): r["mean_s"] for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +238,7 @@ class Moved:
     current: JobState | None  # None: no such job
     attempt: int | None
     detail: str = ""
+    previous: JobState | None = None  # where it moved from, when it moved
 
 
 # Which columns a transition may set besides state; values are bound, never spliced.
@@ -206,13 +288,27 @@ async def transition(
         assignments.append("started_at = now()")
     if to in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
         assignments.append("finished_at = now()")
+    record_run = ""
+    if to in _RUN_ENDS:
+        # The attempt's run ends here (SET sees the row as it was, started_at included).
+        assignments.append(
+            "attained_gpu_s = j.attained_gpu_s + CASE WHEN j.started_at IS NULL THEN 0"
+            " ELSE j.gpus * greatest(extract(epoch FROM now() - j.started_at)::float8, 0) END"
+        )
+        record_run = """, run AS (
+            INSERT INTO job_runs (job_id, attempt, queue, user_name, gpus, started_at, ended_at)
+            SELECT old.id, old.attempt, old.queue, old.user_name, old.gpus, old.started_at, now()
+            FROM old, moved WHERE old.started_at IS NOT NULL
+            ON CONFLICT DO NOTHING
+        )"""
     for column, value in sets.items():
         params.append(value)
         assignments.append(f"{column} = ${len(params)}")
     row = await db.fetchrow(
         f"""
         WITH old AS (
-            SELECT id, state, attempt, node_id FROM jobs WHERE id = $1 FOR UPDATE
+            SELECT id, state, attempt, node_id, started_at, queue, user_name, gpus
+            FROM jobs WHERE id = $1 FOR UPDATE
         ), moved AS (
             UPDATE jobs j SET {", ".join(assignments)}
             FROM old
@@ -223,7 +319,7 @@ async def transition(
             INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
             SELECT $1, from_state, $2, attempt, coalesce($6, node_id, (SELECT node_id FROM old)), $5
             FROM moved
-        )
+        ){record_run}
         SELECT (SELECT state FROM old) AS current, (SELECT attempt FROM old) AS attempt,
                (SELECT from_state FROM moved) AS from_state,
                (SELECT attempt FROM moved) AS new_attempt
@@ -243,7 +339,7 @@ async def transition(
             attempt=row["new_attempt"],
             reason=why,
         )
-        return Moved(True, to, row["new_attempt"])
+        return Moved(True, to, row["new_attempt"], previous=src)
     current = JobState(row["current"])
     if attempt is not None and row["attempt"] != attempt:
         detail = f"stale report for attempt {attempt}; the job is at attempt {row['attempt']}"
@@ -284,6 +380,7 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         "submitted_at": _iso(row["submitted_at"]),
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
+        "attained_gpu_s": round(row["attained_gpu_s"], 3),
     }
     return out
 

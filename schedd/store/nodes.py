@@ -66,7 +66,7 @@ async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     gpus = await pool.fetch(
         "SELECT g.uuid, g.node_id, g.index, g.model, g.memory_mib, g.utilization_pct,"
         " g.memory_used_mib, j.id AS job_id FROM gpus g"
-        " LEFT JOIN jobs j ON j.state IN ('assigned', 'running', 'cancelling')"
+        " LEFT JOIN jobs j ON j.state IN ('assigned', 'running', 'preempting', 'cancelling')"
         "   AND g.uuid = ANY(j.gpu_uuids)"
         " ORDER BY g.node_id, g.index"
     )

@@ -33,7 +33,7 @@ async def start_schedd(pool: asyncpg.Pool, **config: object) -> AsyncIterator[Sc
     supervisor = Supervisor()
     hub = Hub(pool, cfg, supervisor)
     executor = Executor(pool, hub, cfg)
-    scheduler = Scheduler(pool, hub, executor, cfg.policy)
+    scheduler = Scheduler(pool, hub, executor, cfg)
     hub.wake = scheduler.wake
     server = TestServer(build_app(Api(pool, hub, scheduler, executor), cfg.max_body_bytes))
     await server.start_server()

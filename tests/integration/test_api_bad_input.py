@@ -90,6 +90,21 @@ CASES = [
     pytest.param(submit(spec(queue="Prod Queue"), 422, "queue"), id="queue-bad-name"),
     pytest.param(submit(spec(priority=1001), 422, "priority"), id="priority-too-high"),
     pytest.param(submit(spec(priority=-1001), 422, "priority"), id="priority-too-low"),
+    pytest.param(
+        submit(spec(estimated_runtime_s=0), 422, "estimated_runtime_s"), id="estimate-zero"
+    ),
+    pytest.param(
+        submit(spec(estimated_runtime_s=-5.5), 422, "estimated_runtime_s"), id="estimate-negative"
+    ),
+    pytest.param(
+        submit(spec(estimated_runtime_s="1h"), 422, "estimated_runtime_s"), id="estimate-string"
+    ),
+    pytest.param(
+        submit(spec(estimated_runtime_s=True), 422, "estimated_runtime_s"), id="estimate-bool"
+    ),
+    pytest.param(
+        submit(spec(estimated_runtime_s=1e12), 422, "estimated_runtime_s"), id="estimate-huge"
+    ),
     pytest.param(submit(spec(kind="spot"), 422, "kind"), id="kind-unknown"),
     pytest.param(
         submit(spec(deadline="2030-01-01T12:00:00"), 422, "deadline"), id="deadline-naive"

@@ -185,8 +185,8 @@ async def test_a_cycle_that_used_its_whole_window_plans_again(
     pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from schedd import policy
-    from schedd.policy import fifo
 
+    fifo = policy.profile("fifo")
     monkeypatch.setitem(policy.PROFILES, "fifo-1", policy.Profile("fifo-1", fifo.plan, 1))
     ids = [await submit(pool) for _ in range(3)]
     async with start_schedd(pool, policy="fifo-1") as schedd:
@@ -198,3 +198,27 @@ async def test_a_cycle_that_used_its_whole_window_plans_again(
         await state_becomes(pool, ids[1], "assigned")
         assert schedd.scheduler.why_pending(ids[2]).code in ("no_capacity", "queued")
         await close(ws)
+
+
+async def test_no_launch_reaches_a_node_before_it_is_welcomed_and_reconciled(
+    schedd: Schedd, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = await submit(pool)
+    reconcile = schedd.hub._reconcile
+
+    async def slow_reconcile(link: object) -> None:
+        # A cycle runs while the node is being reconciled, as after a burst of submissions.
+        schedd.scheduler.wake()
+        await asyncio.sleep(0.3)
+        await reconcile(link)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(schedd.hub, "_reconcile", slow_reconcile)
+    ws = await connect(schedd.server)
+    await hello(ws)  # the first message is the welcome
+    launch = await next_msg(ws)
+    assert isinstance(launch, p.Launch) and launch.job_id == job_id
+    await ws.send_bytes(p.encode(p.JobStarted(job_id=job_id, attempt=1, pid=10)))
+    row = await state_becomes(pool, job_id, "running")
+    assert row["attempt"] == 1
+    assert not any("lost" in (e["reason"] or "") for e in await jobs.events(pool, job_id))
+    await close(ws)

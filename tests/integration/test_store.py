@@ -38,6 +38,24 @@ async def test_migrations_run_once_under_concurrent_starters(schema_dsn: str) ->
             await c.close()
 
 
+async def test_a_connection_released_inside_a_transaction_comes_back_clean(
+    pool: asyncpg.Pool,
+) -> None:
+    """The pool skips the default reset query; an open transaction must still be undone."""
+    async with pool.acquire() as conn:
+        await conn.execute("BEGIN")
+        await conn.execute("INSERT INTO users (name) VALUES ('ghost')")
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+    for _ in range(pool.get_max_size()):  # find the same backend again
+        async with pool.acquire() as conn:
+            if await conn.fetchval("SELECT pg_backend_pid()") == pid:
+                assert not conn.is_in_transaction()
+                break
+    else:
+        pytest.fail("the released connection never came back")
+    assert await pool.fetchval("SELECT count(*) FROM users WHERE name = 'ghost'") == 0
+
+
 async def test_state_check_constraint_matches_the_transition_table(pool: asyncpg.Pool) -> None:
     row, _ = await jobs.submit(pool, "alice", spec(), None)
     for state in JobState:

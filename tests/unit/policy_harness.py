@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from schedd.policy.actions import Launch, Plan
-from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Snapshot
+import dataclasses
+from typing import Any
+
+from schedd.policy import build
+from schedd.policy.actions import Launch, Plan, Preempt
+from schedd.policy.profiles import BUILTIN
+from schedd.policy.queues import QueueSpec
+from schedd.policy.snapshot import (
+    Gpu,
+    Node,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+    Snapshot,
+    shard_requests,
+)
 
 
 def node(
@@ -12,12 +27,14 @@ def node(
     cpus: float = 64,
     memory_mib: int = 512_000,
     gpu_memory_mib: int = 81920,
+    **labels: str,
 ) -> Node:
     return Node(
         node_id=node_id,
         gpus=tuple(Gpu(f"{node_id}-g{i}", i, "A100", gpu_memory_mib) for i in range(gpus)),
         cpus=cpus,
         memory_mib=memory_mib,
+        labels=labels,
     )
 
 
@@ -28,36 +45,82 @@ def pending(
     memory_mib: int = 1024,
     gpu_memory_mib: int | None = None,
     at: float = 0.0,
+    *,
+    user: str = "alice",
+    queue: str = "default",
+    priority: int = 0,
+    estimate_s: float | None = None,
+    attained_s: float = 0.0,
 ) -> PendingJob:
     return PendingJob(
         job_id,
-        "alice",
-        "default",
-        0,
+        user,
+        queue,
+        priority,
         "guaranteed",
         Request(gpus, cpus, memory_mib, gpu_memory_mib),
         at,
+        estimate_s=estimate_s,
+        attained_s=attained_s,
     )
 
 
 def placed(
-    job_id: str, on: Node, gpu_indices: list[int], cpus: float = 1, memory_mib: int = 1024
+    job_id: str,
+    on: Node,
+    gpu_indices: list[int],
+    cpus: float = 1,
+    memory_mib: int = 1024,
+    *,
+    user: str = "alice",
+    queue: str = "default",
+    started_at: float | None = 0.0,
+    estimate_s: float | None = None,
+    attained_s: float = 0.0,
+    state: str = "running",
 ) -> PlacedJob:
     return PlacedJob(
         job_id,
-        "alice",
-        "default",
-        on.node_id,
-        tuple(on.gpus[i].uuid for i in gpu_indices),
+        user,
+        queue,
+        (Shard(on.node_id, tuple(on.gpus[i].uuid for i in gpu_indices)),),
         Request(len(gpu_indices), cpus, memory_mib),
-        "running",
+        state,
+        started_at=started_at,
+        estimate_s=estimate_s,
+        attained_s=attained_s,
     )
 
 
 def snapshot(
-    nodes: list[Node], pending_jobs: list[PendingJob], placed_jobs: list[PlacedJob] | None = None
+    nodes: list[Node],
+    pending_jobs: list[PendingJob],
+    placed_jobs: list[PlacedJob] | None = None,
+    *,
+    queues: tuple[QueueSpec, ...] = (),
+    multi_node: bool = False,
 ) -> Snapshot:
-    return Snapshot(tuple(nodes), tuple(placed_jobs or ()), tuple(pending_jobs))
+    return Snapshot(
+        tuple(nodes),
+        tuple(placed_jobs or ()),
+        tuple(pending_jobs),
+        queues=queues,
+        multi_node=multi_node,
+    )
+
+
+def preempted(plan: Plan) -> set[str]:
+    return {a.job_id for a in plan.actions if isinstance(a, Preempt)}
+
+
+def run(profile: str, snap: Snapshot, now: float = 0.0, **settings: Any) -> Plan:
+    """Plan with a built-in profile, its settings changed as given; checks the plan."""
+    spec = BUILTIN[profile]
+    if settings:
+        spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, **settings))
+    plan = build(profile, spec).plan(snap, now)
+    assert_valid(snap, plan)
+    return plan
 
 
 def launches(plan: Plan) -> dict[str, Launch]:
@@ -66,27 +129,34 @@ def launches(plan: Plan) -> dict[str, Launch]:
 
 def assert_valid(snap: Snapshot, plan: Plan) -> None:
     """Invariants of any plan: no GPU used twice, no node over its CPUs or memory,
-    each launch on a connected node with exactly the GPUs asked, every pending job
-    either launched or given a reason."""
+    each launch on connected nodes with exactly the GPUs asked (on one node unless the
+    snapshot allows more), every pending job either launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
     used = [u for j in snap.placed for u in j.gpu_uuids]
-    cpus = {n: sum(j.request.cpus for j in snap.placed if j.node_id == n) for n in by_node}
-    mem = {n: sum(j.request.memory_mib for j in snap.placed if j.node_id == n) for n in by_node}
+    cpus = dict.fromkeys(by_node, 0.0)
+    mem = dict.fromkeys(by_node, 0)
+    holders = [(j.shards, j.request) for j in snap.placed]
     for launch in launches(plan).values():
-        assert launch.node_id in by_node
-        node_gpus = {g.uuid for g in by_node[launch.node_id].gpus}
-        assert set(launch.gpu_uuids) <= node_gpus
         request = requests[launch.job_id]
         assert len(launch.gpu_uuids) == request.gpus
+        assert snap.multi_node or len(launch.shards) == 1
+        for shard in launch.shards:
+            assert shard.node_id in by_node
+            assert set(shard.gpu_uuids) <= {g.uuid for g in by_node[shard.node_id].gpus}
         used.extend(launch.gpu_uuids)
-        cpus[launch.node_id] += request.cpus
-        mem[launch.node_id] += request.memory_mib
+        holders.append((launch.shards, request))
+    for shards, request in holders:
+        for shard, part in zip(shards, shard_requests(request, shards), strict=True):
+            cpus[shard.node_id] += part.cpus
+            mem[shard.node_id] += part.memory_mib
     assert len(used) == len(set(used)), "a GPU was given twice"
     for n, total in cpus.items():
         assert total <= by_node[n].cpus + 1e-9
-    for n, total in mem.items():
-        assert total <= by_node[n].memory_mib
+    for n, total_mem in mem.items():
+        assert total_mem <= by_node[n].memory_mib
+    stoppable = {j.job_id for j in snap.placed if j.stoppable}
+    assert preempted(plan) <= stoppable, "a victim that is not running"
     launched = set(launches(plan))
     assert launched.isdisjoint(plan.waiting)
     assert launched | set(plan.waiting) == set(requests)

@@ -5,23 +5,25 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.policy import fifo
+from schedd.policy import profile
 from tests.unit.policy_harness import assert_valid, launches, node, pending, placed, snapshot
+
+fifo_plan = profile("fifo").plan
 
 
 def test_best_fit_picks_the_node_left_fullest() -> None:
     a, b = node("a", 8), node("b", 8)
     snap = snapshot([a, b], [pending("j1", gpus=2)], [placed("x", b, [0, 1, 2, 3, 4])])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert_valid(snap, plan)
-    assert launches(plan)["j1"].node_id == "b"
+    assert launches(plan)["j1"].shards[0].node_id == "b"
     assert launches(plan)["j1"].gpu_uuids == ("b-g5", "b-g6")
 
 
 def test_jobs_start_in_submission_order_until_one_does_not_fit() -> None:
     a = node("a", 4)
     snap = snapshot([a], [pending("j1", 2), pending("j2", 3), pending("j3", 1)])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert_valid(snap, plan)
     assert set(launches(plan)) == {"j1"}
     assert plan.waiting["j2"].code == "no_capacity"
@@ -32,7 +34,7 @@ def test_jobs_start_in_submission_order_until_one_does_not_fit() -> None:
 
 def test_a_job_no_node_could_ever_run_does_not_block_the_queue() -> None:
     snap = snapshot([node("a", 8), node("b", 4)], [pending("huge", 16), pending("small", 1)])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert_valid(snap, plan)
     assert plan.waiting["huge"].code == "too_large"
     assert plan.waiting["huge"].reason == "asks for 16 GPUs on one node; the largest node has 8"
@@ -41,7 +43,7 @@ def test_a_job_no_node_could_ever_run_does_not_block_the_queue() -> None:
 
 def test_without_nodes_every_job_says_so() -> None:
     snap = snapshot([], [pending("j1"), pending("j2")])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert not plan.actions
     assert {w.code for w in plan.waiting.values()} == {"no_nodes"}
     assert plan.wait_counts() == {"no_nodes": 2}
@@ -50,17 +52,17 @@ def test_without_nodes_every_job_says_so() -> None:
 def test_cpus_and_memory_filter_nodes() -> None:
     small, big = node("small", 8, cpus=4, memory_mib=8192), node("big", 8, cpus=64)
     snap = snapshot([small, big], [pending("j1", 1, cpus=8), pending("j2", 1, memory_mib=100_000)])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert_valid(snap, plan)
-    assert {j.node_id for j in launches(plan).values()} == {"big"}
+    assert {j.shards[0].node_id for j in launches(plan).values()} == {"big"}
 
 
 def test_gpu_memory_request_skips_small_gpus() -> None:
     small, large = node("small", 8, gpu_memory_mib=16384), node("large", 8)
     snap = snapshot([small, large], [pending("j1", 1, gpu_memory_mib=40000)])
-    assert launches(fifo.plan(snap, 0.0))["j1"].node_id == "large"
+    assert launches(fifo_plan(snap, 0.0))["j1"].shards[0].node_id == "large"
     only_small = snapshot([small], [pending("j1", 1, gpu_memory_mib=40000)])
-    plan = fifo.plan(only_small, 0.0)
+    plan = fifo_plan(only_small, 0.0)
     assert plan.waiting["j1"].code == "too_large"
     assert "40000 MiB" in plan.waiting["j1"].reason
 
@@ -68,7 +70,7 @@ def test_gpu_memory_request_skips_small_gpus() -> None:
 def test_cpu_only_job_needs_no_gpu() -> None:
     a = node("a", 2)
     snap = snapshot([a], [pending("cpu", 0)], [placed("x", a, [0, 1])])
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert launches(plan)["cpu"].gpu_uuids == ()
 
 
@@ -79,7 +81,7 @@ def test_busy_cluster_counts_nodes_by_reason() -> None:
         [pending("j1", 1, cpus=2)],
         [placed("x", a, [0, 1]), placed("y", b, [0], cpus=1)],
     )
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     reason = plan.waiting["j1"].reason
     assert "1 node with too few free GPUs" in reason
     assert "1 node with too few free CPUs" in reason
@@ -105,7 +107,7 @@ def test_no_gpu_is_ever_over_allocated(gpus_per_node: list[int], specs: list, da
         pending(f"j{i}", g, cpus=c, memory_mib=m * 1024) for i, (g, c, m) in enumerate(specs)
     ]
     snap = snapshot(nodes, waiting, busy)
-    plan = fifo.plan(snap, 0.0)
+    plan = fifo_plan(snap, 0.0)
     assert_valid(snap, plan)
     # FIFO: the launched jobs are exactly a prefix of the queue, skipping impossible ones.
     order = [

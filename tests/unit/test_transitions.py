@@ -30,6 +30,10 @@ LEGAL = {
     (S.RUNNING, S.FAILED),
     (S.RUNNING, S.PENDING),
     (S.RUNNING, S.CANCELLING),
+    (S.ASSIGNED, S.PREEMPTING),
+    (S.RUNNING, S.PREEMPTING),
+    (S.PREEMPTING, S.PENDING),
+    (S.PREEMPTING, S.CANCELLING),
     (S.CANCELLING, S.CANCELLED),
     (S.CANCELLING, S.SUCCEEDED),
     (S.CANCELLING, S.FAILED),
@@ -70,12 +74,17 @@ def test_sources_of_lists_what_the_table_allows() -> None:
 
 
 def test_only_placed_states_hold_resources() -> None:
-    assert {S.ASSIGNED, S.RUNNING, S.CANCELLING} == HOLDS_RESOURCES
+    assert {S.ASSIGNED, S.RUNNING, S.PREEMPTING, S.CANCELLING} == HOLDS_RESOURCES
     assert not HOLDS_RESOURCES & TERMINAL
 
 
 def test_database_accepts_exactly_the_model_states() -> None:
-    sql = (Path(__file__).parents[2] / "schedd/store/migrations/001_init.sql").read_text()
-    block = re.search(r"state\s+text NOT NULL CHECK \(state IN\s*\(([^)]*)\)\)", sql)
-    assert block is not None
-    assert set(re.findall(r"'(\w+)'", block.group(1))) == {s.value for s in JobState}
+    """The latest migration that sets the state check lists exactly the model's states."""
+    migrations = sorted((Path(__file__).parents[2] / "schedd/store/migrations").glob("*.sql"))
+    checks = [
+        block.group(1)
+        for path in migrations
+        if (block := re.search(r"CHECK \(state IN\s*\(([^)]*)\)\)", path.read_text()))
+    ]
+    assert checks, "no migration sets the state check"
+    assert set(re.findall(r"'(\w+)'", checks[-1])) == {s.value for s in JobState}

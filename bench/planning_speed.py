@@ -1,0 +1,129 @@
+"""Planning speed: one full cycle of a profile on a large, busy, hand-built snapshot.
+
+1,000 nodes x 8 GPUs in 50 racks, 10,000 pending jobs of mixed sizes across 20 queues
+(each with a guarantee), with the cluster empty or half full. Prints, per profile, the
+time of one `plan()` call (median of a few runs) and the placements per second it made.
+Pure CPU, no I/O: the figure is the policy's own cost, as the live scheduler and the
+simulator pay it.
+
+    .venv/bin/python bench/planning_speed.py [--profiles default,fifo] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from schedd import policy
+from schedd.policy.actions import Launch, Preempt
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
+from schedd.policy.snapshot import (
+    Gpu,
+    Node,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+    Snapshot,
+)
+
+SIZES = [1] * 60 + [2] * 15 + [4] * 15 + [8] * 10  # GPUs per job, weighted as in real traces
+
+
+def build(nodes: int, gpus: int, pending: int, queues: int, busy: float, seed: int) -> Snapshot:
+    rng = random.Random(seed)
+    node_list = tuple(
+        Node(
+            f"n{i:04d}",
+            tuple(Gpu(f"n{i:04d}-g{g}", g, "H100", 81920) for g in range(gpus)),
+            cpus=128,
+            memory_mib=1_000_000,
+            labels={"rack": f"r{i // 20:02d}", "domain": f"d{i // 200}"},
+        )
+        for i in range(nodes)
+    )
+    names = [f"org{q % 4}/team{q}" for q in range(queues)]
+    share = nodes * gpus // queues
+    queue_specs = tuple(
+        QueueSpec(n, guarantee=Resources(gpus=share), max=Resources(gpus=share * 3)) for n in names
+    )
+    placed = []
+    for i, node in enumerate(node_list[: int(nodes * busy)]):
+        q = names[i % queues]
+        placed.append(
+            PlacedJob(
+                f"run-{i}",
+                f"user{i % 7}",
+                q,
+                (Shard(node.node_id, tuple(g.uuid for g in node.gpus)),),
+                Request(gpus, 8, 64_000),
+                "running",
+                started_at=0.0,
+                attained_s=3600.0 * gpus,
+            )
+        )
+    jobs = tuple(
+        PendingJob(
+            f"job-{j}",
+            f"user{rng.randrange(50)}",
+            names[rng.randrange(queues)],
+            0,
+            "guaranteed",
+            Request(size := rng.choice(SIZES), size * 4.0, size * 32_000),
+            submitted_at=float(j),
+            estimate_s=rng.choice([600.0, 3600.0, 36_000.0]),
+        )
+        for j in range(pending)
+    )
+    return Snapshot(node_list, tuple(placed), jobs, queues=queue_specs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", default=",".join(policy.PROFILES))
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--pending", type=int, default=10_000)
+    ap.add_argument("--queues", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    print(
+        f"planning speed: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending jobs"
+        f" in {args.queues} queues; python {sys.version.split()[0]}; median of {args.runs} runs"
+    )
+    print(
+        f"{'profile':<10} {'cluster':<10} {'window':>6} {'cycle ms':>9} {'launches':>9}"
+        f" {'preempts':>9} {'placements/s':>13}"
+    )
+    for name in args.profiles.split(","):
+        prof = policy.profile(name)
+        for busy in (0.0, 0.5):
+            snap = build(args.nodes, args.gpus, args.pending, args.queues, busy, seed=1)
+            window = Snapshot(
+                snap.nodes, snap.placed, snap.pending[: prof.pending_window], queues=snap.queues
+            )
+            times = []
+            plan = None
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                plan = prof.plan(window, 100_000.0)
+                times.append(time.perf_counter() - t0)
+            assert plan is not None
+            launches = sum(isinstance(a, Launch) for a in plan.actions)
+            preempts = sum(isinstance(a, Preempt) for a in plan.actions)
+            t = statistics.median(times)
+            print(
+                f"{name:<10} {f'{busy:.0%} busy':<10} {len(window.pending):>6} {t * 1000:>9.1f}"
+                f" {launches:>9} {preempts:>9} {launches / t:>13,.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

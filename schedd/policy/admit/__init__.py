@@ -1,0 +1,1 @@
+"""Admit plugins: may a job start now (quotas, limits)."""

@@ -1,0 +1,21 @@
+"""A queue's max (borrowing limit), checked at every level of the queue's lineage."""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Wait
+from schedd.policy.queues import lineage
+from schedd.policy.resources import NOTHING
+from schedd.policy.snapshot import PendingJob
+from schedd.policy.view import View
+
+
+def admit(job: PendingJob, view: View) -> Wait | None:
+    wants = job.request.resources()
+    for q in lineage(job.queue):
+        limit = view.queue(q).max
+        if limit is None:
+            continue
+        over = (view.allocated.get(q, NOTHING) + wants).exceeds(limit)
+        if over is not None:
+            return Wait("queue_max", f"queue {q} would exceed its max: {over}")
+    return None

@@ -1,0 +1,56 @@
+"""Shares for fair ordering: current allocation plus decayed past use, over weight.
+
+Past use arrives as decayed GPU-seconds; dividing by the GPU-seconds the whole cluster
+delivers over one decay horizon (half-life / ln 2) turns it into a share comparable with
+the dominant share of what a group holds now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+
+from schedd.policy.queues import lineage
+from schedd.policy.snapshot import PendingJob
+from schedd.policy.view import View
+
+
+def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
+    """What `value` of past use weighs after `elapsed_s` (shared by store and simulator)."""
+    if half_life_s <= 0:
+        return 0.0
+    return float(value * 0.5 ** (elapsed_s / half_life_s))
+
+
+def _history_share(gpu_seconds: float, view: View) -> float:
+    horizon = view.settings.half_life_s / math.log(2)
+    capacity = view.total.gpus * horizon
+    return gpu_seconds / capacity if capacity > 0 else 0.0
+
+
+def queue_share(queue: str, view: View) -> float:
+    held = view.allocated.get(queue)
+    now = held.dominant_share(view.total) if held is not None else 0.0
+    past = _history_share(view.snapshot.usage.queues.get(queue, 0.0), view)
+    return (now + view.settings.history_weight * past) / max(view.queue(queue).weight, 1e-9)
+
+
+def user_share(queue: str, user: str, view: View) -> float:
+    held = view.user_allocated.get((queue, user))
+    now = held.dominant_share(view.total) if held is not None else 0.0
+    past = _history_share(view.snapshot.usage.users.get((queue, user), 0.0), view)
+    return now + view.settings.history_weight * past
+
+
+def fair_path(job: PendingJob) -> tuple[Hashable, ...]:
+    """The job's place in the fair tree: each queue of its lineage, then its user."""
+    return (*lineage(job.queue), (job.queue, job.user))
+
+
+def fair_rank(group: Hashable, depth: int, view: View) -> tuple[float, str]:
+    """A group's weighted share among its siblings (a queue, or a user in a queue)."""
+    if isinstance(group, tuple):
+        queue, user = group
+        return (user_share(queue, user, view), user)
+    assert isinstance(group, str)
+    return (queue_share(group, view), group)

@@ -1,0 +1,176 @@
+"""The plan loop that runs a profile's stages: order, admit, place, make room, reserve.
+
+Each stage is a plugin, a plain function with a typed result:
+
+- order(pending, view) -> the pending jobs in the order they are considered (a lazy
+  iterator: it may look at the view again after each job, as DRF does);
+- admit(job, view) -> a Wait saying why the job may not start now, or None;
+- place(job, view) -> a Placement, or a NoFit counting nodes by why they did not fit;
+- make_room(job, view, place) -> an Eviction (victims to preempt), or None.
+
+When nothing fits and no room is made, the profile's `blocking` says what follows:
+"strict" holds every job behind the first one that did not fit (FIFO), "backfill"
+reserves GPUs for it and lets others start only where they do not delay it, "skip"
+goes on with the next job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.make_room.victims import Eviction, PlaceFn
+from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
+from schedd.policy.reservation import reservation_for
+from schedd.policy.settings import Settings
+from schedd.policy.snapshot import PendingJob, Snapshot
+from schedd.policy.view import View
+
+OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
+AdmitFn = Callable[[PendingJob, View], Wait | None]
+MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
+Blocking = Literal["strict", "backfill", "skip"]
+
+NO_NODES = Wait("no_nodes", "no nodes are connected")
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    order: OrderFn
+    admit: tuple[AdmitFn, ...]
+    place: PlaceFn
+    make_room: tuple[MakeRoomFn, ...]
+    blocking: Blocking
+    settings: Settings
+    label: str  # why a job was launched, in words: "FIFO, best fit"
+
+
+def never_fits(view: View, job: PendingJob) -> Wait | None:
+    """A Wait when no connected node (or, for a gang, the whole cluster) could run it."""
+    request = job.request
+    nodes = view.snapshot.nodes
+    if view.snapshot.multi_node and request.gpus > max(len(n.gpus) for n in nodes):
+        if request.gpus > view.total.gpus:
+            return Wait(
+                "too_large",
+                f"asks for {request.gpus} GPUs; the cluster has {view.total.gpus}",
+            )
+        return None
+    why = [node_can_ever_fit(n, request) for n in nodes]
+    if not all(why):
+        return None
+    largest = max(len(n.gpus) for n in nodes)
+    if request.gpus > largest:
+        return Wait(
+            "too_large", f"asks for {request.gpus} GPUs on one node; the largest node has {largest}"
+        )
+    return Wait("too_large", f"no node could ever run it: {why[0]} (e.g. {nodes[0].node_id})")
+
+
+def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
+    result = Plan()
+    if not snapshot.nodes:
+        result.waiting = {j.job_id: NO_NODES for j in snapshot.pending}
+        return result
+    view = View.build(snapshot, now, stages.settings)
+    blocker: str | None = None
+    reservations = 0
+    for job in stages.order(snapshot.pending, view):
+        if blocker is not None:
+            result.waiting[job.job_id] = Wait("fifo_order", f"queued behind job {blocker} (FIFO)")
+            continue
+        refused = _never_fits(view, job) or _refused(stages, job, view)
+        if refused is not None:
+            result.waiting[job.job_id] = refused
+            continue
+        placed = _place(stages, job, view)
+        if isinstance(placed, Placement):
+            view.take(job, placed.shards)
+            result.actions.append(Launch(job.job_id, placed.shards, stages.label))
+            continue
+        eviction = _make_room(stages, job, view)
+        if eviction is not None:
+            if not eviction.victims:
+                result.waiting[job.job_id] = _awaiting_leavers(view)
+                continue
+            for victim in eviction.victims:
+                view.stop(victim)
+                result.actions.append(Preempt(victim.job_id, eviction.reason))
+            result.waiting[job.job_id] = Wait(
+                "preempting",
+                f"preempting {len(eviction.victims)} job(s) to make room: "
+                + ", ".join(v.job_id for v in eviction.victims),
+            )
+            continue
+        result.waiting[job.job_id] = _blocked(stages, job, view, placed, reservations)
+        if stages.blocking == "strict":
+            blocker = job.job_id
+        elif result.waiting[job.job_id].code == "reserved":
+            reservations += 1
+            held = view.reserved_for(job.job_id)
+            assert held is not None
+            result.actions.append(
+                Reserve(job.job_id, held.node_ids, held.expected_start, "head of the queue")
+            )
+    return result
+
+
+def _awaiting_leavers(view: View) -> Wait:
+    leaving = [j.job_id for j in view.snapshot.placed if not j.stoppable]
+    named = ", ".join(leaving[:3]) + (f" and {len(leaving) - 3} more" if len(leaving) > 3 else "")
+    return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
+
+
+def _never_fits(view: View, job: PendingJob) -> Wait | None:
+    key = ("never_fits", job.request)
+    if key not in view.memo:
+        view.memo[key] = never_fits(view, job)
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
+    # Whether reserved GPUs are open to this job depends on when it would end.
+    ends = view.now + view.estimate(job) if view.reserved else None
+    key = ("no_fit", job.request, ends)
+    known = view.memo.get(key)
+    if isinstance(known, NoFit):
+        return known
+    placed = stages.place(job, view)
+    if isinstance(placed, NoFit):
+        view.memo[key] = placed
+    return placed
+
+
+def _refused(stages: Stages, job: PendingJob, view: View) -> Wait | None:
+    for admit in stages.admit:
+        wait = admit(job, view)
+        if wait is not None:
+            return wait
+    return None
+
+
+def _make_room(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
+    for make_room in stages.make_room:
+        eviction = make_room(job, view, stages.place)
+        if eviction is not None:
+            return eviction
+    return None
+
+
+def _blocked(stages: Stages, job: PendingJob, view: View, nofit: NoFit, made: int) -> Wait:
+    wait = Wait("no_capacity", nofit.describe(job.request))
+    if stages.blocking != "backfill" or made >= stages.settings.reservations:
+        return wait
+    held = reservation_for(job, view)
+    if held is None:
+        return wait
+    view.reserve(held)
+    minutes = max(held.expected_start - view.now, 0.0) / 60
+    return Wait(
+        "reserved",
+        f"{wait.reason}; GPUs reserved on {', '.join(held.node_ids[:4])}"
+        f"{' and more' if len(held.node_ids) > 4 else ''}, expected to start in about"
+        f" {minutes:.0f} min",
+    )

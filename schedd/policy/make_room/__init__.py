@@ -1,0 +1,1 @@
+"""Make-room plugins: whom to preempt so that a job can start."""

@@ -1,0 +1,41 @@
+"""Tiresias' preemption: a job in a higher 2D-LAS queue displaces jobs in lower ones.
+
+Victims are taken from the lowest queue up (most attained service, latest started
+first), within the job's own tenant queue, and none younger than `min_run_s`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims
+from schedd.policy.order.las import level
+from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.view import View
+
+
+def _by_level(view: View) -> dict[str, list[tuple[int, PlacedJob]]]:
+    """Per tenant queue, its placed jobs as (level, job), lowest priority first."""
+    key = ("las_victims",)
+    known = view.memo.get(key)
+    if known is None:
+        ranked: dict[str, list[tuple[int, float, str, PlacedJob]]] = defaultdict(list)
+        for job in view.snapshot.placed:
+            theirs = level(job, view)
+            ranked[job.queue].append((-theirs, -view.started(job), job.job_id, job))
+        known = {q: [(-lv, j) for lv, _, _, j in sorted(jobs)] for q, jobs in ranked.items()}
+        view.memo[key] = known
+    return known  # type: ignore[return-value]
+
+
+def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
+    mine = level(job, view)
+    memo = ("las", job.queue, mine, job.request)
+    if memo in view.memo:
+        return None  # found no victims earlier in this cycle; there are fewer now
+    ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]
+    victims = fewest_victims(job, view, ranked, place) if ranked else None
+    if victims is None:
+        view.memo[memo] = None
+        return None
+    return Eviction(victims, f"preempted: job {job.job_id} has attained less service")

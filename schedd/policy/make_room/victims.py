@@ -1,0 +1,85 @@
+"""Choosing victims: free just enough for a job, losing the least work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from schedd.policy.placement import NoFit, Placement
+from schedd.policy.snapshot import PendingJob, PlacedJob, shard_requests
+from schedd.policy.view import View
+
+PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    victims: tuple[PlacedJob, ...]
+    reason: str  # told to each victim, e.g. "reclaimed by queue a for job 7"
+
+
+def work_at_risk(job: PlacedJob, view: View) -> float:
+    """Seconds of work a preemption would lose: since its start or last checkpoint."""
+    since = view.started(job)
+    if job.checkpointed_at is not None:
+        since = max(since, job.checkpointed_at)
+    return max(view.now - since, 0.0)
+
+
+def protected(job: PlacedJob, view: View) -> bool:
+    """Too young to preempt, or already on its way out."""
+    if not job.stoppable or job.job_id in view.stopping:
+        return True
+    return view.now - view.started(job) < view.settings.min_run_s
+
+
+def fewest_victims(
+    job: PendingJob, view: View, ranked: Sequence[PlacedJob], place: PlaceFn
+) -> tuple[PlacedJob, ...] | None:
+    """The shortest prefix of `ranked` (less protected jobs) whose release lets `job`
+    fit, or None."""
+    free_total = view.free_gpu_count()
+    # Jobs already on their way out free their GPUs soon: if that is enough, wait for
+    # them (no new victims) rather than preempt more.
+    leaving = [j for j in view.snapshot.placed if not j.stoppable]
+    if leaving and isinstance(_place_without(job, view, leaving, place), Placement):
+        return ()
+    chosen: list[PlacedJob] = []
+    freed = sum(j.request.gpus for j in leaving)
+    for victim in ranked:
+        if protected(victim, view):
+            continue
+        chosen.append(victim)
+        freed += victim.request.gpus
+        if free_total + freed < job.request.gpus:
+            continue
+        if isinstance(_place_without(job, view, leaving + chosen, place), Placement):
+            return tuple(chosen)
+    return None
+
+
+def _place_without(
+    job: PendingJob,
+    view: View,
+    victims: list[PlacedJob],
+    place: PlaceFn,
+) -> Placement | NoFit:
+    """Place `job` as if the victims had gone, then put the view back as it was."""
+    undo = []
+    for victim in victims:
+        for shard, part in zip(
+            victim.shards, shard_requests(victim.request, victim.shards), strict=True
+        ):
+            cap = view.capacity[shard.node_id]
+            del view.by_free[len(cap.free_gpus)][shard.node_id]
+            cap.give_back([view.gpu(u) for u in shard.gpu_uuids], part)
+            view.by_free[len(cap.free_gpus)][shard.node_id] = None
+            undo.append((shard, part))
+    try:
+        return place(job, view)
+    finally:
+        for shard, part in undo:
+            cap = view.capacity[shard.node_id]
+            del view.by_free[len(cap.free_gpus)][shard.node_id]
+            cap.take(shard.gpu_uuids, part)
+            view.by_free[len(cap.free_gpus)][shard.node_id] = None

@@ -1,0 +1,1 @@
+"""Order plugins: which pending job is considered next."""

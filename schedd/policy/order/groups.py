@@ -1,0 +1,83 @@
+"""Serve pending jobs from a tree of groups (queues, sub-queues, users) by fair rank.
+
+Each level compares siblings only (Slurm's fair tree): the root's children are ranked
+against each other, then the chosen child's children, down to a user's own jobs. After
+each job is handed out the ranks along its path are read again, since starting it may
+have grown them (progressive filling, as DRF asks); nothing else in the tree changed,
+so one hand-out costs a few heap operations, not a re-sort.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any
+
+from schedd.policy.order.priority import key as priority_key
+from schedd.policy.snapshot import PendingJob
+from schedd.policy.view import View
+
+Rank = tuple[Any, ...]
+PathFn = Callable[[PendingJob], tuple[Hashable, ...]]
+RankFn = Callable[[Hashable, int, View], Rank]  # (group key, depth, view)
+
+
+class _Group:
+    __slots__ = ("children", "heap", "jobs")
+
+    def __init__(self) -> None:
+        self.children: dict[Hashable, _Group] = {}
+        self.heap: list[tuple[Rank, int, _Group]] = []
+        self.jobs: deque[PendingJob] = deque()
+
+    def empty(self) -> bool:
+        return not self.heap and not self.jobs
+
+
+def serve_tree(
+    pending: Sequence[PendingJob],
+    view: View,
+    path_of: PathFn,
+    rank: RankFn,
+    within: Callable[[PendingJob], Any] = priority_key,
+) -> Iterator[PendingJob]:
+    root = _Group()
+    for job in sorted(pending, key=within):
+        node = root
+        for key in path_of(job):
+            node = node.children.setdefault(key, _Group())
+        node.jobs.append(job)
+    seq = 0
+
+    def fill(node: _Group, depth: int) -> None:
+        nonlocal seq
+        for key, child in node.children.items():
+            fill(child, depth + 1)
+            node.heap.append((rank(key, depth, view), seq, child))
+            seq += 1
+        heapq.heapify(node.heap)
+
+    fill(root, 0)
+    keys = {id(child): key for node in _walk(root) for key, child in node.children.items()}
+    while root.heap:
+        path: list[_Group] = []
+        node = root
+        while node.heap:
+            path.append(node)
+            node = node.heap[0][2]
+        yield node.jobs.popleft()
+        # Bottom up: re-rank each group on the path in its parent's heap.
+        for depth in range(len(path) - 1, -1, -1):
+            parent = path[depth]
+            _, order, child = parent.heap[0]
+            if child.empty():
+                heapq.heappop(parent.heap)
+            else:
+                heapq.heapreplace(parent.heap, (rank(keys[id(child)], depth, view), order, child))
+
+
+def _walk(node: _Group) -> Iterator[_Group]:
+    yield node
+    for child in node.children.values():
+        yield from _walk(child)

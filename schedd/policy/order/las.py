@@ -1,0 +1,22 @@
+"""2D-LAS (Tiresias): least attained service first, with no knowledge of run times.
+
+Attained service is GPUs x time, so wide jobs age faster. Jobs fall into a few
+priority queues by thresholds on it (discretised, so that jobs of similar service share
+a queue and run in submission order instead of thrashing); a lower queue index runs first.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+
+from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.view import View
+
+
+def level(job: PendingJob | PlacedJob, view: View) -> int:
+    return bisect.bisect_right(view.settings.las_thresholds_gpu_s, job.attained_s)
+
+
+def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
+    return iter(sorted(pending, key=lambda j: (level(j, view), j.submitted_at, j.job_id)))

@@ -1,0 +1,1 @@
+"""Place plugins: where a job goes."""

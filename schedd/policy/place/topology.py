@@ -1,0 +1,64 @@
+"""Topology-aware placement: one node, else one rack, else one domain; affinity; best fit.
+
+A job that fits on a node goes on the fullest node that takes it, preferring, among the
+nodes equally full, one already running jobs of the same GPU count (Gandiva's affinity:
+such nodes free up in shapes that suit each other). A gang larger than any node goes to
+the rack, else the domain, with the fewest free GPUs that can hold it (labels `rack` and
+`domain` of the nodes), over as few nodes as possible.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from schedd.policy.placement import NoFit, Placement, fit_on, needs_spreading, no_fit, spread
+from schedd.policy.snapshot import PendingJob, Shard
+from schedd.policy.view import View
+
+# Nodes of one fullness compared for affinity; bounds the work on a big, idle cluster.
+AFFINITY_SCAN = 32
+
+
+def place(job: PendingJob, view: View) -> Placement | NoFit:
+    if needs_spreading(job, view):
+        return _gang(job, view)
+    filtered: Counter[str] = Counter()
+    gpus = job.request.gpus
+    for bucket in view.by_free[gpus:]:
+        best: tuple[int, str, tuple[str, ...]] | None = None
+        seen = 0
+        for node_id in list(bucket):
+            fit = fit_on(view, node_id, job)
+            if isinstance(fit, str):
+                filtered[fit] += 1
+                continue
+            affinity = view.gpu_sizes.get(node_id, {}).get(gpus, 0)
+            if best is None or affinity > best[0]:
+                best = (affinity, node_id, fit)
+            seen += 1
+            if seen >= AFFINITY_SCAN:
+                break
+        if best is not None:
+            return Placement((Shard(best[1], best[2]),))
+    return no_fit(view, job, filtered)
+
+
+def _gang(job: PendingJob, view: View) -> Placement | NoFit:
+    for label in ("rack", "domain"):
+        groups: dict[str, list[str]] = defaultdict(list)
+        for node in view.snapshot.nodes:
+            if label in node.labels:
+                groups[node.labels[label]].append(node.node_id)
+        free = {
+            name: sum(len(view.usable_gpus(n, job)) for n in nodes)
+            for name, nodes in groups.items()
+        }
+        enough = sorted((f, name) for name, f in free.items() if f >= job.request.gpus)
+        for _, name in enough:
+            gang = spread(view, job, groups[name])
+            if gang is not None:
+                return gang
+    gang = spread(view, job, view.capacity)
+    if gang is not None:
+        return gang
+    return no_fit(view, job, Counter({"together with too few free GPUs": len(view.capacity)}))

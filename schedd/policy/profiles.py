@@ -1,0 +1,131 @@
+"""Profiles: a name for one plugin choice per stage, with its settings.
+
+Adding a policy means writing its plugin module and naming it here and in a profile;
+operators can also assemble their own profile from these names in schedd.toml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from schedd.policy.admit import quota, user_limit
+from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, Stages
+from schedd.policy.make_room import las as las_preemption
+from schedd.policy.make_room import reclaim
+from schedd.policy.make_room.victims import PlaceFn
+from schedd.policy.order import capacity, drf, fair_las, fifo, las, priority, sjf
+from schedd.policy.place import best_fit, topology
+from schedd.policy.settings import Settings
+
+ORDERS: dict[str, OrderFn] = {
+    "fifo": fifo.order,
+    "priority": priority.order,
+    "sjf": sjf.order,
+    "las": las.order,
+    "drf": drf.order,
+    "capacity": capacity.order,
+    "fair_las": fair_las.order,
+}
+ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
+PLACES: dict[str, PlaceFn] = {"best_fit": best_fit.place, "topology": topology.place}
+MAKE_ROOMS: dict[str, MakeRoomFn] = {"reclaim": reclaim.make_room, "las": las_preemption.make_room}
+BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
+ESTIMATES = ("history", "oracle")
+
+
+class ProfileError(ValueError):
+    """A profile names something that does not exist; `field` says where."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProfileSpec:
+    """What a profile names, as written in config (strings, checked by `stages`)."""
+
+    order: str
+    place: str
+    admit: tuple[str, ...] = ()
+    make_room: tuple[str, ...] = ()
+    blocking: str = "skip"
+    pending_window: int = 10_000
+    tick_s: float | None = None
+    estimates: str = "history"
+    settings: Settings = dataclasses.field(default_factory=Settings)
+
+
+def _pick(table: Mapping[str, Any], field: str, name: str) -> Any:
+    if name not in table:
+        raise ProfileError(field, f"unknown {name!r}; known: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def stages(spec: ProfileSpec, label: str) -> Stages:
+    blocking = _pick({b: b for b in BLOCKING}, "blocking", spec.blocking)
+    _pick({e: e for e in ESTIMATES}, "estimates", spec.estimates)
+    if spec.pending_window < 1:
+        raise ProfileError("pending_window", "must be at least 1")
+    if spec.tick_s is not None and spec.tick_s <= 0:
+        raise ProfileError("tick_s", "must be positive")
+    return Stages(
+        order=_pick(ORDERS, "order", spec.order),
+        admit=tuple(_pick(ADMITS, "admit", a) for a in spec.admit),
+        place=_pick(PLACES, "place", spec.place),
+        make_room=tuple(_pick(MAKE_ROOMS, "make_room", m) for m in spec.make_room),
+        blocking=blocking,
+        settings=spec.settings,
+        label=label,
+    )
+
+
+def settings_from(values: Mapping[str, Any]) -> Settings:
+    """Settings from config values, each checked against the field's type."""
+    known = {f.name: f for f in dataclasses.fields(Settings)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ProfileError(f"settings.{key}", f"unknown; known: {', '.join(sorted(known))}")
+        if key == "las_thresholds_gpu_s":
+            if not isinstance(value, Sequence) or not all(
+                isinstance(v, int | float) and v > 0 for v in value
+            ):
+                raise ProfileError(f"settings.{key}", "expected a list of positive numbers")
+            out[key] = tuple(sorted(float(v) for v in value))
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ProfileError(f"settings.{key}", "expected a number ≥ 0")
+        out[key] = type(getattr(Settings(), key))(value)
+    return Settings(**out)
+
+
+BUILTIN: dict[str, ProfileSpec] = {
+    # Strict submission order, whole jobs on the fullest node that takes them.
+    "fifo": ProfileSpec(order="fifo", place="best_fit", blocking="strict", pending_window=128),
+    # Shortest job first with the true run times (a simulator baseline: an oracle).
+    "sjf": ProfileSpec(order="sjf", place="best_fit", estimates="oracle"),
+    # Tiresias: 2D-LAS with preemption, no knowledge of run times.
+    "tiresias": ProfileSpec(order="las", place="best_fit", make_room=("las",), tick_s=60.0),
+    # Dominant Resource Fairness across queues and users, with quotas and reclaim.
+    "drf": ProfileSpec(
+        order="drf", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
+    ),
+    # YARN's capacity scheduler: guarantees first, borrowing up to max, reclaim.
+    "capacity": ProfileSpec(
+        order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
+    ),
+    # The default: fair across tenants, least attained service within one, topology-aware
+    # placement, reclaim of guarantees, and reservations with backfill for large gangs.
+    "default": ProfileSpec(
+        order="fair_las",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "las"),
+        blocking="backfill",
+        tick_s=60.0,
+    ),
+}

@@ -1,0 +1,50 @@
+"""A bundle of resources (GPUs, CPUs, memory) with the arithmetic quotas and DRF need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    gpus: int = 0
+    cpus: float = 0.0
+    memory_mib: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus + other.gpus, self.cpus + other.cpus, self.memory_mib + other.memory_mib
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.gpus - other.gpus, self.cpus - other.cpus, self.memory_mib - other.memory_mib
+        )
+
+    def exceeds(self, limit: Resources) -> str | None:
+        """The first dimension over a quota `limit`, in words, or None.
+
+        GPUs are always limited; a quota's CPUs or memory of 0 mean "not limited", since
+        most quotas are written in GPUs alone.
+        """
+        if self.gpus > limit.gpus:
+            return f"{self.gpus} GPUs > {limit.gpus}"
+        if limit.cpus > 0 and self.cpus > limit.cpus + 1e-9:
+            return f"{self.cpus:g} CPUs > {limit.cpus:g}"
+        if limit.memory_mib > 0 and self.memory_mib > limit.memory_mib:
+            return f"{self.memory_mib} MiB > {limit.memory_mib} MiB"
+        return None
+
+    def dominant_share(self, total: Resources) -> float:
+        """DRF's dominant share: the largest fraction of any resource the cluster has."""
+        shares = [0.0]
+        if total.gpus > 0:
+            shares.append(self.gpus / total.gpus)
+        if total.cpus > 0:
+            shares.append(self.cpus / total.cpus)
+        if total.memory_mib > 0:
+            shares.append(self.memory_mib / total.memory_mib)
+        return max(shares)
+
+
+NOTHING = Resources()

@@ -1,0 +1,24 @@
+"""Tunables shared by the policy plugins, with their defaults; a profile may override them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Run time assumed for a job with no estimate (reservations, backfill, SRTF).
+    default_estimate_s: float = 3600.0
+    # A job runs at least this long (since its start or last checkpoint) before it may
+    # be preempted, so that reclaiming never turns into thrashing.
+    min_run_s: float = 300.0
+    # 2D-LAS (Tiresias): the attained GPU-seconds at which a job drops to the next queue.
+    las_thresholds_gpu_s: tuple[float, ...] = (3200.0,)
+    # How much decayed past use counts against a group's fair share, next to what it
+    # holds now (0: current allocation only).
+    history_weight: float = 1.0
+    # The decay half-life the shell applies to past use; used here to normalise it into
+    # a share of the cluster.
+    half_life_s: float = 86400.0
+    # At most this many blocked jobs hold reservations in one cycle.
+    reservations: int = 1

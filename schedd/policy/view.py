@@ -1,0 +1,177 @@
+"""The working state of one planning cycle: free capacity, usage, reservations.
+
+Built from an immutable `Snapshot`; the framework updates it as the plan takes
+decisions, so that each plugin sees the cluster as the plan so far leaves it. Plugins
+read it; only the framework writes it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from schedd.policy.queues import QueueSpec, lineage, unconfigured
+from schedd.policy.resources import NOTHING, Resources
+from schedd.policy.settings import Settings
+from schedd.policy.snapshot import (
+    FreeCapacity,
+    Gpu,
+    PendingJob,
+    PlacedJob,
+    Shard,
+    Snapshot,
+    free_capacity,
+    shard_requests,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs held for a blocked job that expects to start at `expected_start`."""
+
+    job_id: str
+    expected_start: float
+    node_ids: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class View:
+    snapshot: Snapshot
+    now: float
+    settings: Settings
+    capacity: dict[str, FreeCapacity]
+    total: Resources
+    queues: dict[str, QueueSpec]
+    allocated: dict[str, Resources]  # per queue, a queue's use counted in its ancestors too
+    user_allocated: dict[tuple[str, str], Resources]  # (leaf queue, user)
+    # Nodes bucketed by free GPUs, so that a fit is found without scanning every node.
+    by_free: list[dict[str, None]]
+    reserved: dict[str, Reservation] = field(default_factory=dict)  # GPU uuid ->
+    reservations: dict[str, Reservation] = field(default_factory=dict)  # job id ->
+    stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
+    gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> size -> jobs
+    # Answers that stay true for the rest of the cycle, keyed by the plugin that found
+    # them: capacity only shrinks as the plan goes on, so a request that did not fit (or
+    # found no victims) will not later in the same cycle.
+    memo: dict[tuple[object, ...], object] = field(default_factory=dict)
+    # (shards, expected end) of the jobs this plan starts, for reservations.
+    launched: list[tuple[tuple[Shard, ...], float]] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, snapshot: Snapshot, now: float, settings: Settings) -> View:
+        capacity = free_capacity(snapshot)
+        total = Resources(
+            sum(len(n.gpus) for n in snapshot.nodes),
+            sum(n.cpus for n in snapshot.nodes),
+            sum(n.memory_mib for n in snapshot.nodes),
+        )
+        allocated: dict[str, Resources] = defaultdict(lambda: NOTHING)
+        user_allocated: dict[tuple[str, str], Resources] = defaultdict(lambda: NOTHING)
+        gpu_sizes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        leaving = set()
+        for job in snapshot.placed:
+            if not job.stoppable:
+                # Already being stopped (preempted or cancelled): its GPUs are still taken,
+                # but it no longer counts for its queue, or reclaim would take more victims
+                # from a queue that is already giving back.
+                leaving.add(job.job_id)
+                for shard in job.shards:
+                    gpu_sizes[shard.node_id][job.request.gpus] += 1
+                continue
+            r = job.request.resources()
+            for q in lineage(job.queue):
+                allocated[q] += r
+            user_allocated[(job.queue, job.user)] += r
+            for shard in job.shards:
+                gpu_sizes[shard.node_id][job.request.gpus] += 1
+        most = max((len(n.gpus) for n in snapshot.nodes), default=0)
+        by_free: list[dict[str, None]] = [{} for _ in range(most + 1)]
+        for node_id, cap in sorted(capacity.items()):
+            by_free[len(cap.free_gpus)][node_id] = None
+        return cls(
+            snapshot=snapshot,
+            now=now,
+            settings=settings,
+            capacity=capacity,
+            total=total,
+            queues={q.name: q for q in snapshot.queues},
+            allocated=allocated,
+            user_allocated=user_allocated,
+            by_free=by_free,
+            gpu_sizes=gpu_sizes,
+            stopping=leaving,
+        )
+
+    # ---- reading -------------------------------------------------------------
+
+    def queue(self, name: str) -> QueueSpec:
+        spec = self.queues.get(name)
+        if spec is None:
+            spec = self.queues[name] = unconfigured(name)
+        return spec
+
+    def estimate(self, job: PendingJob | PlacedJob) -> float:
+        return job.estimate_s if job.estimate_s is not None else self.settings.default_estimate_s
+
+    def started(self, job: PlacedJob) -> float:
+        """When the job's current attempt started (now, if it has not yet)."""
+        return job.started_at if job.started_at is not None else self.now
+
+    def usable_gpus(self, node_id: str, job: PendingJob) -> list[Gpu]:
+        """Free GPUs on the node this job may take: reserved ones only if it ends in time."""
+        free = self.capacity[node_id].free_gpus
+        if not self.reserved:
+            return free
+        ends = self.now + self.estimate(job)
+        return [
+            g
+            for g in free
+            if (r := self.reserved.get(g.uuid)) is None
+            or r.job_id == job.job_id
+            or ends <= r.expected_start
+        ]
+
+    def gpu(self, uuid: str) -> Gpu:
+        index = self.memo.get(("gpus",))
+        if index is None:
+            index = {g.uuid: g for n in self.snapshot.nodes for g in n.gpus}
+            self.memo[("gpus",)] = index
+        return index[uuid]  # type: ignore[index,no-any-return]
+
+    def free_gpu_count(self) -> int:
+        return sum(i * len(bucket) for i, bucket in enumerate(self.by_free))
+
+    # ---- the plan's decisions --------------------------------------------------
+
+    def take(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
+        for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
+            cap = self.capacity[shard.node_id]
+            del self.by_free[len(cap.free_gpus)][shard.node_id]
+            cap.take(shard.gpu_uuids, part)
+            self.by_free[len(cap.free_gpus)][shard.node_id] = None
+            sizes = self.gpu_sizes.setdefault(shard.node_id, {})
+            sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
+        r = job.request.resources()
+        for q in lineage(job.queue):
+            self.allocated[q] = self.allocated.get(q, NOTHING) + r
+        key = (job.queue, job.user)
+        self.user_allocated[key] = self.user_allocated.get(key, NOTHING) + r
+        self.launched.append((shards, self.now + self.estimate(job)))
+
+    def stop(self, job: PlacedJob) -> None:
+        """Count a victim's resources as leaving its queue (they free when it exits)."""
+        self.stopping.add(job.job_id)
+        r = job.request.resources()
+        for q in lineage(job.queue):
+            self.allocated[q] = self.allocated.get(q, NOTHING) - r
+        key = (job.queue, job.user)
+        self.user_allocated[key] = self.user_allocated.get(key, NOTHING) - r
+
+    def reserved_for(self, job_id: str) -> Reservation | None:
+        return self.reservations.get(job_id)
+
+    def reserve(self, reservation: Reservation) -> None:
+        self.reservations[reservation.job_id] = reservation
+        for node_id in reservation.node_ids:
+            for g in self.capacity[node_id].free_gpus:
+                self.reserved.setdefault(g.uuid, reservation)

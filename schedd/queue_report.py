@@ -1,0 +1,90 @@
+"""`GET /v1/queues`: each queue's quota, what it holds and borrows, its share, its waits.
+
+A queue's figures include its sub-queues (`org` counts `org/team`'s jobs), as quotas do.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from schedd.policy import fairness
+from schedd.policy.queues import lineage
+from schedd.policy.resources import NOTHING, Resources
+from schedd.policy.snapshot import Snapshot
+from schedd.policy.view import View
+from schedd.scheduler import Scheduler
+from schedd.store import jobs
+from shared.config import QueueConfig
+
+
+def _resources(r: Resources) -> dict[str, Any]:
+    return {"gpus": r.gpus, "cpus": round(r.cpus, 3), "memory_mib": r.memory_mib}
+
+
+def _max(q: QueueConfig | None) -> dict[str, Any] | None:
+    if q is None or (q.max_gpus, q.max_cpus, q.max_memory_mib) == (None, None, None):
+        return None
+    return {"gpus": q.max_gpus, "cpus": q.max_cpus, "memory_mib": q.max_memory_mib}
+
+
+def _borrowed(held: Resources, guarantee: Resources) -> Resources:
+    return Resources(
+        max(held.gpus - guarantee.gpus, 0),
+        max(held.cpus - guarantee.cpus, 0.0),
+        max(held.memory_mib - guarantee.memory_mib, 0),
+    )
+
+
+async def report(scheduler: Scheduler) -> dict[str, Any]:
+    configured = scheduler.queue_config
+    now = time.time()
+    placed = await scheduler.placed_now()
+    usage = await scheduler.usage()
+    pending = await jobs.pending_by_queue(scheduler.pool)
+    snapshot = Snapshot(
+        nodes=scheduler.nodes(), placed=placed, pending=(), queues=scheduler.queues, usage=usage
+    )
+    view = View.build(snapshot, now, scheduler.settings)
+    last = scheduler.last
+    waiting = last.waiting_by_queue() if last is not None else {}
+    pending_total: dict[str, int] = {}
+    for queue, n in pending.items():
+        for q in lineage(queue):
+            pending_total[q] = pending_total.get(q, 0) + n
+    names = sorted(set(configured) | set(pending) | {j.queue for j in placed})
+    queues = []
+    for name in names:
+        spec = view.queue(name)
+        held = view.allocated.get(name, NOTHING)
+        queues.append(
+            {
+                "name": name,
+                "configured": name in configured,
+                "guarantee": _resources(spec.guarantee),
+                "max": _max(configured.get(name)),
+                "weight": spec.weight,
+                "user_limit_factor": spec.user_limit_factor,
+                "usage": _resources(held),
+                "borrowed": _resources(_borrowed(held, spec.guarantee)),
+                "fair_share": round(fairness.queue_share(name, view), 6),
+                "decayed_usage_gpu_s": round(usage.queues.get(name, 0.0), 1),
+                "pending": pending_total.get(name, 0),
+                "waiting": dict(waiting.get(name, {})),
+            }
+        )
+    return {
+        "policy": scheduler.profile.name,
+        "cluster": _resources(view.total),
+        "last_cycle": (
+            {
+                "at": datetime.fromtimestamp(last.at, UTC).isoformat(),
+                "considered": len(last.pending),
+                "waiting": last.plan.wait_counts(),
+            }
+            if last is not None
+            else None
+        ),
+        "queues": queues,
+    }

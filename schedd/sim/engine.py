@@ -1,0 +1,435 @@
+"""The event-driven replay: a virtual clock, simulated nodes, and the profile's own `plan`.
+
+At each instant (an arrival, a completion, the end of a preemption, or the profile's
+periodic tick while jobs are pending or running) the engine takes every event due then,
+builds a Snapshot exactly as the live scheduler would (the oldest `pending_window`
+pending jobs in submission order), calls `plan`, and applies the Plan. A plan that
+launched, preempted or stopped something is followed by another at the same instant,
+until one changes nothing (at most `max_rounds`).
+
+Views handed to the policy are kept between instants and rebuilt only where something
+in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+from itertools import islice
+
+from schedd.policy import Profile
+from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Stop
+from schedd.policy.queues import QueueSpec
+from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Snapshot
+from schedd.sim.cluster import build_nodes
+from schedd.sim.estimates import Estimates
+from schedd.sim.jobs import CANCELLED, FINISHED, PENDING, PREEMPTING, RUNNING, SimJob
+from schedd.sim.ledger import Ledger
+from schedd.sim.locality import LocalityModel
+from schedd.sim.outcome import SimResult, outcome_of
+from schedd.sim.shape import ClusterShape
+from schedd.sim.traces import Trace
+from schedd.sim.usage import DAY_S, UsageBook
+
+_FINISH = 0
+_PREEMPT_END = 1
+Event = tuple[float, int, int, int, int]  # (time, kind, seq, job seq, attempt)
+
+
+class SimError(Exception):
+    """The policy asked for something impossible (a GPU given twice, an unknown job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    preempt_overhead_s: float = 0.0  # a preempted job holds its GPUs this long, idle
+    checkpoint_interval_s: float | None = None  # None: a preemption loses no work
+    half_life_s: float = DAY_S
+    queues: tuple[QueueSpec, ...] = ()
+    max_rounds: int = 64  # plans at one instant, at most
+
+
+class Simulation:
+    def __init__(
+        self,
+        trace: Trace,
+        shape: ClusterShape,
+        profile: Profile,
+        options: SimOptions | None = None,
+        locality: LocalityModel | None = None,
+    ) -> None:
+        self.trace, self.shape, self.profile = trace, shape, profile
+        self.options = options or SimOptions()
+        self.locality = locality or LocalityModel()
+        self.nodes = build_nodes(shape)
+        requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
+        self.jobs = [
+            SimJob(i, spec, requests[spec.gpus], spec.duration_s)
+            for i, spec in enumerate(trace.jobs)
+        ]
+        self.by_id = {job.spec.job_id: job for job in self.jobs}
+        start = trace.jobs[0].submit_s if trace.jobs else 0.0
+        self.ledger = Ledger(start, self.options.queues)
+        self.usage = UsageBook(self.options.half_life_s)
+        self.estimates = Estimates(profile.estimates)
+        self.gpu_owner: dict[str, SimJob] = {}
+        self.pending: dict[int, SimJob] = {}  # by seq; sorted by seq when `_unsorted`
+        self.holding: dict[int, SimJob] = {}  # running or preempting
+        self.events: list[Event] = []
+        self._event_seq = 0
+        self._next_arrival = 0
+        self._unsorted = False
+        self._pending_view: tuple[PendingJob, ...] | None = None
+        self._placed_view: tuple[float, tuple[PlacedJob, ...]] | None = None
+        self._tick_origin = start
+
+    # ---- the loop -----------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        began = time.perf_counter()
+        tick: float | None = None
+        while True:
+            now = self._next_instant(tick)
+            if now is None:
+                break
+            self.ledger.advance(now)
+            self._take_events(now)
+            self._take_arrivals(now)
+            self._plan_until_quiet(now)
+            self.ledger.close_instant()
+            tick = self._next_tick(now)
+        end = self.ledger.now
+        for job in list(self.holding.values()):  # only if the run was cut short
+            self._release(job, end)
+        return SimResult(
+            policy=self.profile.name,
+            shape=self.shape,
+            trace=self.trace,
+            start_s=self.ledger.start_s,
+            end_s=end,
+            jobs=tuple(outcome_of(job) for job in self.jobs),
+            ledger=self.ledger,
+            queue_specs=self.options.queues,
+            wall_s=time.perf_counter() - began,
+        )
+
+    def _next_instant(self, tick: float | None) -> float | None:
+        candidates = []
+        if self.events:
+            candidates.append(self.events[0][0])
+        if self._next_arrival < len(self.jobs):
+            candidates.append(self.jobs[self._next_arrival].spec.submit_s)
+        if not candidates:
+            return None  # nothing runs and nothing arrives: what is left can never start
+        if tick is not None:
+            candidates.append(tick)
+        return min(candidates)
+
+    def _next_tick(self, now: float) -> float | None:
+        every = self.profile.tick_s
+        if not every or not (self.pending or self.holding):
+            return None
+        passed = math.floor((now - self._tick_origin) / every) + 1
+        return self._tick_origin + passed * every
+
+    def _take_events(self, now: float) -> None:
+        while self.events and self.events[0][0] <= now:
+            _, kind, _, seq, attempt = heapq.heappop(self.events)
+            job = self.jobs[seq]
+            if job.attempt != attempt:
+                continue  # preempted or stopped since this was planned
+            if kind == _FINISH:
+                self._finish(job, now)
+            else:
+                self._end_preemption(job, now)
+
+    def _take_arrivals(self, now: float) -> None:
+        jobs = self.jobs
+        while self._next_arrival < len(jobs) and jobs[self._next_arrival].spec.submit_s <= now:
+            self._enqueue(jobs[self._next_arrival])
+            self._next_arrival += 1
+
+    def _plan_until_quiet(self, now: float) -> None:
+        plan = Plan()
+        for _ in range(self.options.max_rounds):
+            plan = self.profile.plan(self.snapshot(now), now)
+            self.ledger.plan_calls += 1
+            if not self._apply(plan, now):
+                break
+        else:
+            self.ledger.replan_cap_hits += 1
+        self.ledger.planned(plan)
+
+    # ---- what the policy sees -------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        return Snapshot(
+            nodes=self.nodes,
+            placed=self._placed(now),
+            pending=self._pending_window(),
+            queues=self.options.queues,
+            usage=self.usage.at(now),
+            multi_node=True,
+        )
+
+    def _pending_window(self) -> tuple[PendingJob, ...]:
+        if self._pending_view is None:
+            if self._unsorted:
+                self.pending = dict(sorted(self.pending.items()))
+                self._unsorted = False
+            window = islice(self.pending.values(), self.profile.pending_window)
+            self._pending_view = tuple(self._pending_job(job) for job in window)
+        return self._pending_view
+
+    def _pending_job(self, job: SimJob) -> PendingJob:
+        version = self.estimates.version(job.spec)
+        if job.pending_view is None or job.pending_view_version != version:
+            spec = job.spec
+            job.pending_view = PendingJob(
+                job_id=spec.job_id,
+                user=spec.user,
+                queue=spec.queue,
+                priority=0,
+                kind="guaranteed",
+                request=job.request,
+                submitted_at=spec.submit_s,
+                name=spec.name,
+                estimate_s=self.estimates.of(spec),
+                attained_s=job.attained_gpu_s,
+                deadline=spec.deadline_s,
+            )
+            job.pending_view_version = version
+        return job.pending_view
+
+    def _placed(self, now: float) -> tuple[PlacedJob, ...]:
+        cached = self._placed_view
+        if cached is not None and cached[0] == now:
+            return cached[1]
+        every = self.options.checkpoint_interval_s
+        views = []
+        for job in self.holding.values():
+            view = job.placed_view
+            if view is None or (job.state == RUNNING and job.placed_view_at != now):
+                view = self._placed_job(job, now, every)
+            views.append(view)
+        placed = tuple(views)
+        self._placed_view = (now, placed)
+        return placed
+
+    def _placed_job(self, job: SimJob, now: float, every: float | None) -> PlacedJob:
+        """The job as the policy sees it at `now`: only its service and its last
+        checkpoint change while it runs; a preempting job's figures are final.
+
+        Without checkpoints modelled, `checkpointed_at` is None, as the live scheduler
+        says it (the policy then counts the work since the start as at risk), although
+        the simulated preemption loses nothing."""
+        started = job.started_at
+        assert started is not None
+        attained, checkpoint = job.attained_gpu_s, None
+        if job.state == RUNNING:
+            ran = now - started
+            attained += job.spec.gpus * ran
+            if every is not None:
+                checkpoint = started + math.floor(ran / every) * every
+        view = PlacedJob(**job.placed_fields, attained_s=attained, checkpointed_at=checkpoint)
+        job.placed_view, job.placed_view_at = view, now
+        return view
+
+    def _views_changed(self) -> None:
+        self._pending_view = None
+
+    # ---- applying a plan -------------------------------------------------------------
+
+    def _apply(self, plan: Plan, now: float) -> bool:
+        """Apply stops and preemptions first (they free GPUs), then launches; True when
+        anything changed."""
+        changed = False
+        launches: list[Launch] = []
+        for action in plan.actions:
+            if isinstance(action, Launch):
+                launches.append(action)
+            elif isinstance(action, Preempt):
+                changed |= self._preempt(action, now)
+            elif isinstance(action, Stop):
+                changed |= self._stop(action, now)
+            elif isinstance(action, Reserve):
+                self.ledger.actions["Reserve"] += 1
+            else:
+                self.ledger.unsupported[type(action).__name__] += 1
+        for launch in launches:
+            changed |= self._launch(launch, now)
+        return changed
+
+    def _job(self, job_id: str, action: str) -> SimJob:
+        job = self.by_id.get(job_id)
+        if job is None:
+            raise SimError(f"policy {self.profile.name}: {action} of unknown job {job_id!r}")
+        return job
+
+    def _launch(self, launch: Launch, now: float) -> bool:
+        job = self._job(launch.job_id, "Launch")
+        name = self.profile.name
+        if job.state != PENDING:
+            raise SimError(f"policy {name}: Launch of job {job.spec.job_id}, which is {job.state}")
+        uuids = launch.gpu_uuids
+        if len(uuids) != job.spec.gpus or len(set(uuids)) != len(uuids):
+            raise SimError(
+                f"policy {name}: Launch of job {job.spec.job_id} names {len(uuids)} GPUs "
+                f"({len(set(uuids))} distinct); it asks for {job.spec.gpus}"
+            )
+        for uuid in uuids:
+            owner = self.gpu_owner.get(uuid)
+            if owner is None:
+                continue
+            if owner.state == PREEMPTING:
+                # Room made by a preemption still under way: the GPUs free up later.
+                self.ledger.refused["launch on GPUs still being freed"] += 1
+                return False
+            raise SimError(
+                f"policy {name}: Launch of job {job.spec.job_id} on GPU {uuid}, "
+                f"which job {owner.spec.job_id} holds"
+            )
+        for uuid in uuids:
+            self.gpu_owner[uuid] = job
+        self._dequeue(job)
+        job.state = RUNNING
+        job.shards = launch.shards
+        job.started_at = job.held_since = now
+        if job.first_started_at is None:
+            job.first_started_at = now
+        job.attempt += 1
+        nodes = len({s.node_id for s in launch.shards})
+        job.speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes)
+        job.placed_fields = {
+            "job_id": job.spec.job_id,
+            "user": job.spec.user,
+            "queue": job.spec.queue,
+            "shards": job.shards,
+            "request": job.request,
+            "state": RUNNING,
+            "started_at": now,
+            "estimate_s": self.estimates.of(job.spec),
+        }
+        self._hold(job, now)
+        self._at(now + job.remaining_s / job.speed, _FINISH, job)
+        self.ledger.actions["Launch"] += 1
+        return True
+
+    def _preempt(self, preempt: Preempt, now: float) -> bool:
+        job = self._job(preempt.job_id, "Preempt")
+        if job.state != RUNNING:
+            self.ledger.refused[f"preempt of a {job.state} job"] += 1
+            return False
+        self._stop_running(job, now)
+        job.preemptions += 1
+        self.ledger.actions["Preempt"] += 1
+        if not preempt.requeue:
+            self._release(job, now)
+            self._end(job, CANCELLED, now)
+            return True
+        overhead = self.options.preempt_overhead_s
+        if overhead > 0:
+            job.state = PREEMPTING
+            job.placed_fields = {**job.placed_fields, "state": PREEMPTING}
+            job.placed_view = None
+            self._placed_view = None
+            self._at(now + overhead, _PREEMPT_END, job)
+        else:
+            self._release(job, now)
+            self._enqueue(job)
+        return True
+
+    def _stop(self, stop: Stop, now: float) -> bool:
+        job = self._job(stop.job_id, "Stop")
+        if job.state == PENDING:
+            self._dequeue(job)
+            self._end(job, CANCELLED, now)
+        elif job.state == RUNNING:
+            self._stop_running(job, now)
+            self._release(job, now)
+            self._end(job, CANCELLED, now)
+        elif job.state == PREEMPTING and not job.cancel_when_freed:
+            job.cancel_when_freed = True
+        else:
+            self.ledger.refused[f"stop of a {job.state} job"] += 1
+            return False
+        self.ledger.actions["Stop"] += 1
+        return True
+
+    # ---- state changes -------------------------------------------------------------
+
+    def _at(self, when: float, kind: int, job: SimJob) -> None:
+        self._event_seq += 1
+        heapq.heappush(self.events, (when, kind, self._event_seq, job.seq, job.attempt))
+
+    def _enqueue(self, job: SimJob) -> None:
+        job.state = PENDING
+        if self.pending and job.seq < next(reversed(self.pending)):
+            self._unsorted = True  # a requeued job goes back to its place in the queue
+        self.pending[job.seq] = job
+        self.ledger.pending_changed(job, +1)
+        self._views_changed()
+
+    def _dequeue(self, job: SimJob) -> None:
+        del self.pending[job.seq]
+        self.ledger.pending_changed(job, -1)
+        self._views_changed()
+
+    def _hold(self, job: SimJob, now: float) -> None:
+        self.holding[job.seq] = job
+        self._placed_view = None
+        self.ledger.hold(job)
+        self.usage.change(job.spec.queue, job.spec.user, job.spec.gpus, now)
+
+    def _release(self, job: SimJob, now: float) -> None:
+        for uuid in (u for s in job.shards for u in s.gpu_uuids):
+            del self.gpu_owner[uuid]
+        del self.holding[job.seq]
+        self._placed_view = None
+        self.ledger.release(job, now)
+        if job.state == RUNNING:
+            self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+        job.shards, job.held_since, job.placed_view = (), None, None
+
+    def _stop_running(self, job: SimJob, now: float) -> None:
+        """Close the current attempt: count its service, keep the work that survives."""
+        assert job.started_at is not None
+        ran = now - job.started_at
+        kept = ran
+        every = self.options.checkpoint_interval_s
+        if every is not None:
+            kept = math.floor(ran / every) * every  # work since the last checkpoint is lost
+        job.remaining_s = max(0.0, job.remaining_s - kept * job.speed)
+        job.attained_gpu_s += job.spec.gpus * ran
+        job.run_time_s += ran
+        job.attempt += 1  # its completion event is void now
+        job.pending_view = None
+        self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+        job.state = PREEMPTING  # not RUNNING: _release must not charge usage again
+
+    def _finish(self, job: SimJob, now: float) -> None:
+        assert job.started_at is not None
+        ran = now - job.started_at
+        job.attained_gpu_s += job.spec.gpus * ran
+        job.run_time_s += ran
+        job.remaining_s = 0.0
+        self._release(job, now)
+        self._end(job, FINISHED, now)
+        self.estimates.finished(job.spec, job.run_time_s)
+        if self.estimates.changes_over_time:
+            self._views_changed()
+
+    def _end_preemption(self, job: SimJob, now: float) -> None:
+        self._release(job, now)
+        if job.cancel_when_freed:
+            self._end(job, CANCELLED, now)
+        else:
+            self._enqueue(job)
+
+    def _end(self, job: SimJob, state: str, now: float) -> None:
+        job.state = state
+        job.ended_at = now
+        if state == FINISHED:
+            job.finished_at = now

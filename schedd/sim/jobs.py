@@ -1,0 +1,50 @@
+"""One simulated job's mutable state, and the states it goes through.
+
+future -> pending -> running -> finished
+                      running -> preempting -> pending   (Preempt with an overhead)
+                      running -> pending                 (Preempt without one)
+pending / running -> cancelled                           (Stop, or Preempt without requeue)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Shard
+from schedd.sim.traces import TraceJob
+
+FUTURE = "future"
+PENDING = "pending"
+RUNNING = "running"
+PREEMPTING = "preempting"
+FINISHED = "finished"
+CANCELLED = "cancelled"
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    seq: int  # position in submission order: the pending queue's order
+    spec: TraceJob
+    request: Request
+    remaining_s: float  # work left, in seconds at full speed
+    state: str = FUTURE
+    attempt: int = 0  # grows at every start and every preemption: stale events are ignored
+    started_at: float | None = None  # start of the current attempt
+    held_since: float | None = None  # when it took the GPUs it holds now
+    first_started_at: float | None = None
+    finished_at: float | None = None
+    ended_at: float | None = None  # finished or cancelled
+    attained_gpu_s: float = 0.0  # GPU-seconds of service in attempts already over
+    run_time_s: float = 0.0  # wall-clock seconds run in attempts already over
+    speed: float = 1.0  # of the current attempt (locality)
+    shards: tuple[Shard, ...] = ()
+    preemptions: int = 0
+    cancel_when_freed: bool = False  # stopped while its preemption was under way
+    # Views handed to the policy, rebuilt only when something in them changed.
+    pending_view: PendingJob | None = None
+    pending_view_version: int = -1
+    # What the policy's PlacedJob says that does not change during an attempt.
+    placed_fields: dict[str, Any] = field(default_factory=dict)
+    placed_view: PlacedJob | None = None
+    placed_view_at: float = -1.0

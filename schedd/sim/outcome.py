@@ -1,0 +1,60 @@
+"""What one simulation run leaves behind: each job's fate and the engine's ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedd.policy.queues import QueueSpec
+from schedd.sim.jobs import SimJob
+from schedd.sim.ledger import Ledger
+from schedd.sim.shape import ClusterShape
+from schedd.sim.traces import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    job_id: str
+    queue: str
+    gpus: int
+    submit_s: float
+    state: str  # finished, cancelled, or where it was left (pending: it never got to run)
+    first_start_s: float | None
+    finish_s: float | None
+    deadline_s: float | None
+    preemptions: int
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+    @property
+    def queueing_s(self) -> float | None:
+        return None if self.first_start_s is None else self.first_start_s - self.submit_s
+
+
+def outcome_of(job: SimJob) -> JobOutcome:
+    spec = job.spec
+    return JobOutcome(
+        job_id=spec.job_id,
+        queue=spec.queue,
+        gpus=spec.gpus,
+        submit_s=spec.submit_s,
+        state=job.state,
+        first_start_s=job.first_started_at,
+        finish_s=job.finished_at,
+        deadline_s=spec.deadline_s,
+        preemptions=job.preemptions,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    policy: str
+    shape: ClusterShape
+    trace: Trace
+    start_s: float  # the first submission
+    end_s: float  # the last event
+    jobs: tuple[JobOutcome, ...]
+    ledger: Ledger
+    queue_specs: tuple[QueueSpec, ...]
+    wall_s: float  # how long the replay took here (a figure, never a test)

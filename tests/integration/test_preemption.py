@@ -1,0 +1,224 @@
+"""Preemption through the live parts: executor, hub and a scripted agent on a real websocket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import asyncpg
+import pytest
+
+from schedd.policy.actions import Preempt
+from schedd.store import jobs, tokens
+from shared import protocol as p
+from shared.config import ProfileConfig, QueueConfig
+from shared.model import JobSpec, JobState
+from tests.integration.fake_agent import FakeAgent, state_becomes
+from tests.integration.inprocess import Schedd, start_schedd
+
+REASON = "preempted: queue a reclaims its guarantee for job j-x"
+
+
+@pytest.fixture
+async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
+    async with start_schedd(pool, kill_grace_s=7.0) as s:
+        yield s
+
+
+async def submit(pool: asyncpg.Pool, user: str = "alice", gpus: int = 1, queue: str = "b") -> str:
+    spec = JobSpec(name="t", command=["sleep", "100"], gpus=gpus, queue=queue)
+    row, _ = await jobs.submit(pool, user, spec, None)
+    return str(row["id"])
+
+
+async def running_job(schedd: Schedd, pool: asyncpg.Pool) -> tuple[FakeAgent, str]:
+    job_id = await submit(pool)
+    agent = await FakeAgent(schedd.server).connect()
+    launch = await agent.expect(p.Launch)
+    assert launch.job_id == job_id
+    await agent.start(launch)
+    await state_becomes(pool, job_id, "running")
+    return agent, job_id
+
+
+async def test_preempt_kills_then_the_exit_requeues_with_the_attempt_kept(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    assert await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    kill = await agent.expect(p.Kill)
+    assert (kill.job_id, kill.attempt, kill.grace_s, kill.reason) == (job_id, 1, 7.0, REASON)
+    row = await jobs.get(pool, job_id)
+    assert row["state"] == "preempting" and row["node_id"] == "n1"  # it still holds its GPU
+    await agent.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    assert await agent.expect(p.ExitAck) == p.ExitAck(job_id=job_id, attempt=1)
+    # Requeued, and placed again at once on the freed GPU with the next attempt.
+    again = await agent.expect(p.Launch)
+    assert (again.job_id, again.attempt) == (job_id, 2)
+    events = await jobs.events(pool, job_id)
+    moves = [(e["from_state"], e["to_state"], e["attempt"]) for e in events]
+    assert moves == [
+        (None, "pending", 0),
+        ("pending", "assigned", 1),
+        ("assigned", "running", 1),
+        ("running", "preempting", 1),
+        ("preempting", "pending", 1),
+        ("pending", "assigned", 2),
+    ]
+    assert events[3]["reason"] == REASON
+    assert REASON in events[4]["reason"] and "SIGTERM" in events[4]["reason"]
+    row = await jobs.get(pool, job_id)
+    assert row["attained_gpu_s"] > 0
+    runs = await pool.fetch("SELECT attempt, gpus FROM job_runs WHERE job_id = $1", job_id)
+    assert [(r["attempt"], r["gpus"]) for r in runs] == [(1, 1)]
+    await agent.close()
+
+
+async def test_exit_code_zero_after_a_preemption_still_requeues(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    await agent.expect(p.Kill)
+    await agent.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
+    await agent.expect(p.ExitAck)
+    assert (await agent.expect(p.Launch)).attempt == 2
+    assert [e["to_state"] for e in await jobs.events(pool, job_id)][-2:] == ["pending", "assigned"]
+    await agent.close()
+
+
+async def test_a_job_that_cannot_run_while_preempted_is_requeued(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    await agent.expect(p.Kill)
+    await agent.send(p.JobFailed(job_id=job_id, attempt=1, reason="launcher died"))
+    await agent.expect(p.ExitAck)
+    assert (await agent.expect(p.Launch)).attempt == 2
+    await agent.close()
+
+
+async def test_cancel_while_preempting_ends_cancelled_without_a_second_kill(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    await agent.expect(p.Kill)
+    token = await tokens.create(pool, "alice", "user")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            schedd.server.make_url(f"/v1/jobs/{job_id}/cancel"),
+            headers={"Authorization": f"Bearer {token}"},
+        ) as resp,
+    ):
+        assert resp.status == 202
+        assert (await resp.json())["state"] == "cancelling"
+    await agent.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    assert isinstance(await agent.next(), p.ExitAck)  # no second Kill came before it
+    row = await state_becomes(pool, job_id, "cancelled")
+    assert row["attempt"] == 1
+    moves = [(e["from_state"], e["to_state"]) for e in await jobs.events(pool, job_id)][-3:]
+    assert moves == [("running", "preempting"), ("preempting", "cancelling"),
+                     ("cancelling", "cancelled")]  # fmt: skip
+    await agent.close()
+
+
+async def test_a_preempting_job_the_node_no_longer_knows_is_requeued(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    await agent.expect(p.Kill)
+    await agent.close()
+    # The node comes back without the job (it rebooted): the job is requeued, then placed.
+    again = await FakeAgent(schedd.server).connect()
+    launch = await again.expect(p.Launch)
+    assert (launch.job_id, launch.attempt) == (job_id, 2)
+    events = await jobs.events(pool, job_id)
+    assert (events[-2]["from_state"], events[-2]["to_state"]) == ("preempting", "pending")
+    assert "lost" in events[-2]["reason"]
+    await again.close()
+
+
+async def test_a_preempted_job_reported_running_is_killed_again(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    job_id = await submit(pool)
+    agent = await FakeAgent(schedd.server).connect()
+    launch = await agent.expect(p.Launch)
+    # Preempted before its start was recorded; the agent then reports it started (its
+    # first kill raced the start): it is killed again.
+    await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    assert (await agent.expect(p.Kill)).reason == REASON
+    await agent.start(launch)
+    again = await agent.expect(p.Kill)
+    assert (again.job_id, again.attempt, again.reason) == (job_id, 1, "preempted")
+    assert (await jobs.get(pool, job_id))["state"] == "preempting"
+    await agent.close()
+
+
+async def test_a_finished_job_is_not_preempted(schedd: Schedd, pool: asyncpg.Pool) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await agent.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
+    await agent.expect(p.ExitAck)
+    assert not await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    assert (await jobs.get(pool, job_id))["state"] == "succeeded"
+    await agent.close()
+
+
+async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncpg.Pool) -> None:
+    """The default profile's plan, carried out live: bob borrows, alice reclaims."""
+    queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2), "b": QueueConfig(guarantee_gpus=1)}
+    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
+    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
+        agent = await FakeAgent(schedd.server).connect()
+        bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
+        for _ in bobs:
+            schedd.scheduler.wake()
+            await agent.start(await agent.expect(p.Launch))
+        for job_id in bobs:
+            await state_becomes(pool, job_id, "running")
+        alices = await submit(pool, "alice", queue="a")
+        schedd.scheduler.wake()
+        kill = await agent.expect(p.Kill)
+        assert kill.job_id in bobs and kill.reason.startswith("preempted: queue a reclaims")
+        # Cycles while the victim stops preempt nobody else: its GPU is on its way.
+        for _ in range(2):
+            cycles = schedd.scheduler.cycles
+            schedd.scheduler.wake()
+            async with asyncio.timeout(5):
+                while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110 - a counter
+                    await asyncio.sleep(0.01)
+        states = [(await jobs.get(pool, j))["state"] for j in bobs]
+        assert sorted(states) == ["preempting", "running"]
+        why = schedd.scheduler.why_pending(alices)
+        assert why.code == "preempting" and kill.job_id in why.reason
+        await agent.send(p.JobExited(job_id=kill.job_id, attempt=1, signal=15))
+        await agent.expect(p.ExitAck)
+        launch = await agent.expect(p.Launch)
+        assert launch.job_id == alices
+        victim = await jobs.get(pool, kill.job_id)
+        assert (victim["state"], victim["attempt"]) == ("pending", 1)
+        assert victim["reason"].startswith("requeued after preemption (preempted: queue a")
+        await agent.close()
+
+
+async def test_transitions_of_preemption_in_the_store(pool: asyncpg.Pool) -> None:
+    job_id = await submit(pool)
+    assert not (await jobs.transition(pool, job_id, JobState.PREEMPTING, "x")).ok  # pending
+    await jobs.transition(pool, job_id, JobState.ASSIGNED, "placed", node_id="n1")
+    moved = await jobs.transition(pool, job_id, JobState.PREEMPTING, "reclaim", reason="reclaim")
+    assert moved.ok and moved.previous is JobState.ASSIGNED
+    assert [r["id"] for r in await jobs.placed(pool)] == [job_id]  # it holds its resources
+    assert not (await jobs.transition(pool, job_id, JobState.RUNNING, "started")).ok
+    assert not (await jobs.transition(pool, job_id, JobState.FAILED, "x")).ok
+    assert not (await jobs.transition(pool, job_id, JobState.CANCELLED, "x")).ok
+    assert (await jobs.transition(pool, job_id, JobState.PENDING, "requeued", attempt=1)).ok
+    row = await jobs.get(pool, job_id)
+    assert (row["state"], row["attempt"], row["node_id"]) == ("pending", 1, None)
+    # It never ran: no GPU time, no run recorded.
+    assert row["attained_gpu_s"] == 0
+    assert await pool.fetchval("SELECT count(*) FROM job_runs") == 0

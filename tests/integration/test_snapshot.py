@@ -1,0 +1,202 @@
+"""The live snapshot from real rows: decayed usage, run-time estimates, placed jobs, ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import asyncpg
+import pytest
+
+from schedd.store import jobs
+from shared import protocol as p
+from shared.config import ProfileConfig, QueueConfig
+from shared.model import JobKind, JobSpec, JobState
+from tests.integration.fake_agent import FakeAgent
+from tests.integration.inprocess import start_schedd
+
+HOUR = 3600.0
+
+
+async def add_job(
+    pool: asyncpg.Pool, user: str = "alice", name: str = "train", **spec: object
+) -> str:
+    fields: dict[str, object] = {"gpus": 3, **spec}  # 3 GPUs: never fits a 2-GPU node
+    row, _ = await jobs.submit(pool, user, JobSpec(name=name, command=["true"], **fields), None)  # type: ignore[arg-type]
+    return str(row["id"])
+
+
+async def add_run(
+    pool: asyncpg.Pool, queue: str, user: str, gpus: int, start_h: float, end_h: float
+) -> None:
+    """A finished run `start_h` to `end_h` hours ago."""
+    job_id = await add_job(pool, user, queue=queue, gpus=gpus)
+    await pool.execute(
+        "INSERT INTO job_runs (job_id, attempt, queue, user_name, gpus, started_at, ended_at)"
+        " VALUES ($1, 1, $2, $3, $4, now() - make_interval(secs => $5),"
+        " now() - make_interval(secs => $6))",
+        job_id,
+        queue,
+        user,
+        gpus,
+        start_h * HOUR,
+        end_h * HOUR,
+    )
+    await pool.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job_id)
+
+
+def decayed(gpus: int, start_h: float, end_h: float, half_life_h: float = 1.0) -> float:
+    h = half_life_h * HOUR
+    return gpus * h / math.log(2) * (0.5 ** (end_h / half_life_h) - 0.5 ** (start_h / half_life_h))
+
+
+async def test_decayed_usage_counts_every_run_in_the_horizon(pool: asyncpg.Pool) -> None:
+    await add_run(pool, "org/team", "bob", 2, start_h=2, end_h=1)
+    await add_run(pool, "org/team", "bob", 1, start_h=0.5, end_h=0.25)  # a second attempt
+    await add_run(pool, "org/team", "alice", 8, start_h=12, end_h=11)  # 11 half-lives: left out
+    await add_run(pool, "other", "bob", 4, start_h=3, end_h=2.5)
+    running = await add_job(pool, "carol", queue="org", gpus=1)
+    await pool.execute(
+        "UPDATE jobs SET state = 'running', node_id = 'n9', started_at = now() - interval '30 min'"
+        " WHERE id = $1",
+        running,
+    )
+    async with start_schedd(pool, usage_half_life_s=HOUR) as schedd:
+        usage = await schedd.scheduler.usage()
+    team_bob = decayed(2, 2, 1) + decayed(1, 0.5, 0.25)
+    carol = decayed(1, 0.5, 0)
+    expected_users = {
+        ("org/team", "bob"): team_bob,
+        ("org", "carol"): carol,
+        ("other", "bob"): decayed(4, 3, 2.5),
+    }
+    assert usage.users.keys() == expected_users.keys()
+    for key, value in expected_users.items():
+        assert usage.users[key] == pytest.approx(value, rel=2e-3)
+    # A queue counts its sub-queues: "org" holds carol's run and its team's.
+    assert usage.queues["org"] == pytest.approx(team_bob + carol, rel=2e-3)
+    assert usage.queues["org/team"] == pytest.approx(team_bob, rel=2e-3)
+    assert set(usage.queues) == {"org", "org/team", "other"}
+
+
+async def test_a_run_that_ends_is_recorded_with_its_gpu_time(pool: asyncpg.Pool) -> None:
+    job_id = await add_job(pool, gpus=2, queue="q")
+    await jobs.transition(pool, job_id, JobState.ASSIGNED, "placed", node_id="n1")
+    await jobs.transition(pool, job_id, JobState.RUNNING, "started", attempt=1)
+    await pool.execute(
+        "UPDATE jobs SET started_at = now() - interval '100 seconds' WHERE id = $1", job_id
+    )
+    await jobs.transition(pool, job_id, JobState.PENDING, "lost", attempt=1)
+    await jobs.transition(pool, job_id, JobState.ASSIGNED, "placed", node_id="n1")
+    await jobs.transition(pool, job_id, JobState.RUNNING, "started", attempt=2)
+    await pool.execute(
+        "UPDATE jobs SET started_at = now() - interval '10 seconds' WHERE id = $1", job_id
+    )
+    await jobs.transition(pool, job_id, JobState.SUCCEEDED, "exit 0", attempt=2)
+    row = await jobs.get(pool, job_id)
+    assert row["attained_gpu_s"] == pytest.approx(2 * 110, abs=2)
+    runs = await pool.fetch(
+        "SELECT attempt, queue, user_name, gpus, extract(epoch FROM ended_at - started_at) AS s"
+        " FROM job_runs WHERE job_id = $1 ORDER BY attempt",
+        job_id,
+    )
+    assert [(r["attempt"], r["queue"], r["user_name"], r["gpus"]) for r in runs] == [
+        (1, "q", "alice", 2),
+        (2, "q", "alice", 2),
+    ]
+    assert [float(r["s"]) for r in runs] == [pytest.approx(100, abs=2), pytest.approx(10, abs=2)]
+
+
+async def test_the_snapshot_carries_queues_estimates_and_placed_jobs(pool: asyncpg.Pool) -> None:
+    # alice's 25 earlier "train" jobs ran 100 s to 124 s; the latest 20 ran 105 s to 124 s.
+    for i in range(25):
+        done = await add_job(pool, "alice", "train")
+        await pool.execute(
+            "UPDATE jobs SET state = 'succeeded',"
+            " finished_at = now() - make_interval(secs => $2),"
+            " started_at = now() - make_interval(secs => $2 + $3) WHERE id = $1",
+            done,
+            float(1000 - i),
+            float(100 + i),
+        )
+    failed = await add_job(pool, "alice", "train")  # a failure says nothing of the run time
+    await pool.execute(
+        "UPDATE jobs SET state = 'failed', started_at = now() - interval '1 hour',"
+        " finished_at = now() WHERE id = $1",
+        failed,
+    )
+    by_history = await add_job(pool, "alice", "train")
+    by_spec = await add_job(pool, "alice", "train", estimated_runtime_s=42.5)
+    other_user = await add_job(pool, "bob", "train")
+    other_name = await add_job(pool, "alice", "eval")
+    placed = await add_job(
+        pool, "carol", "serve", gpus=1, queue="a", priority=7, kind=JobKind.OPPORTUNISTIC
+    )
+    await jobs.transition(
+        pool, placed, JobState.ASSIGNED, "placed", node_id="n1", gpu_uuids=["GPU-0"]
+    )
+    await jobs.transition(pool, placed, JobState.RUNNING, "started", attempt=1)
+    await pool.execute(
+        "UPDATE jobs SET attained_gpu_s = 50, started_at = now() - interval '20 seconds'"
+        " WHERE id = $1",
+        placed,
+    )
+    queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2)}
+    async with start_schedd(pool, queues=queues) as schedd:
+        agent = await FakeAgent(schedd.server).connect(
+            p.JobReport(job_id=placed, attempt=1, status="running"), hub=schedd.hub
+        )
+        snapshot = await schedd.scheduler.snapshot(100)
+        window = await schedd.scheduler.snapshot(2)
+        await agent.close()
+    assert [q.name for q in snapshot.queues] == ["a"] and not snapshot.multi_node
+    estimates = {j.job_id: j.estimate_s for j in snapshot.pending}
+    assert estimates[by_history] == pytest.approx(sum(range(105, 125)) / 20, abs=0.5)
+    assert estimates[by_spec] == 42.5
+    assert estimates[other_user] is None and estimates[other_name] is None
+    (job,) = snapshot.placed
+    assert (job.job_id, job.queue, job.user, job.state) == (placed, "a", "carol", "running")
+    assert (job.priority, job.kind, job.request.gpus) == (7, "opportunistic", 1)
+    assert job.started_at is not None
+    assert job.attained_s == pytest.approx(50 + 20, abs=2)
+    # The window: the oldest pending jobs only, in submission order.
+    assert [j.job_id for j in window.pending] == [j.job_id for j in snapshot.pending][:2]
+
+
+async def test_a_job_larger_than_any_node_waits_saying_so(pool: asyncpg.Pool) -> None:
+    job_id = await add_job(pool, gpus=3)
+    async with start_schedd(pool, policy="default") as schedd:
+        agent = await FakeAgent(schedd.server).connect()
+        async with asyncio.timeout(5):
+            while schedd.scheduler.why_pending(job_id).code != "too_large":  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert schedd.scheduler.why_pending(job_id).reason == (
+            "asks for 3 GPUs on one node; the largest node has 2"
+        )
+        await agent.close()
+
+
+async def test_a_profile_with_a_tick_plans_while_jobs_wait(pool: asyncpg.Pool) -> None:
+    profiles = {"ticking": ProfileConfig(order="fifo", place="best_fit", tick_s=0.05)}
+    await add_job(pool)  # pending for good: after the node's arrival, only ticks plan
+    async with start_schedd(pool, policy="ticking", profiles=profiles) as schedd:
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
+        start = schedd.scheduler.cycles
+        async with asyncio.timeout(5):
+            while schedd.scheduler.cycles < start + 5:  # noqa: ASYNC110 - a counter
+                await asyncio.sleep(0.01)
+        await agent.close()
+
+
+async def test_without_a_tick_only_events_plan(pool: asyncpg.Pool) -> None:
+    async with start_schedd(pool, policy="fifo") as schedd:
+        agent = await FakeAgent(schedd.server).connect()
+        await add_job(pool)
+        schedd.scheduler.wake()
+        async with asyncio.timeout(5):
+            while schedd.scheduler.cycles < 2:  # noqa: ASYNC110 - a counter
+                await asyncio.sleep(0.01)
+        seen = schedd.scheduler.cycles
+        await asyncio.sleep(0.3)
+        assert schedd.scheduler.cycles == seen
+        await agent.close()

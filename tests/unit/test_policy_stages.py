@@ -1,0 +1,222 @@
+"""Admit, place, make-room and reservation plugins, through whole plans of a profile."""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Reserve
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
+from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+
+# ---- admit ------------------------------------------------------------------
+
+
+def test_a_queue_at_its_max_waits_with_the_queue_named() -> None:
+    n = node("a", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=3)),)
+    snap = snapshot(
+        [n],
+        [pending("j1", 2, queue="a"), pending("j2", 1, queue="a")],
+        [placed("r", n, [0, 1], queue="a")],
+        queues=queues,
+    )
+    plan = run("drf", snap)
+    assert plan.waiting["j1"].code == "queue_max"
+    assert plan.waiting["j1"].reason == "queue a would exceed its max: 4 GPUs > 3"
+    assert set(launches(plan)) == {"j2"}  # one more GPU is within the max
+
+
+def test_a_parent_queue_max_bounds_its_children_together() -> None:
+    n = node("a", 8)
+    queues = (QueueSpec("org", max=Resources(gpus=2)),)
+    snap = snapshot(
+        [n],
+        [pending("j1", 1, queue="org/b")],
+        [placed("r", n, [0, 1], queue="org/a")],
+        queues=queues,
+    )
+    plan = run("capacity", snap)
+    assert plan.waiting["j1"].code == "queue_max"
+    assert "queue org " in plan.waiting["j1"].reason
+
+
+def test_a_quota_in_gpus_alone_does_not_limit_cpus() -> None:
+    queues = (QueueSpec("a", max=Resources(gpus=8)),)
+    plan = run(
+        "drf", snapshot([node("a", 8)], [pending("j1", 1, cpus=16, queue="a")], queues=queues)
+    )
+    assert set(launches(plan)) == {"j1"}
+
+
+def test_the_per_user_limit_is_a_factor_of_the_guarantee() -> None:
+    n = node("a", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=4), user_limit_factor=0.5),)
+    snap = snapshot(
+        [n],
+        [pending("bob2", 1, queue="a", user="bob"), pending("carol1", 1, queue="a", user="carol")],
+        [placed("bob1", n, [0, 1], queue="a", user="bob")],
+        queues=queues,
+    )
+    plan = run("drf", snap)
+    assert plan.waiting["bob2"].code == "user_limit"
+    assert (
+        plan.waiting["bob2"].reason
+        == "user bob would hold 3 GPUs in queue a; the per-user limit is 2"
+    )
+    assert set(launches(plan)) == {"carol1"}
+
+
+# ---- place ------------------------------------------------------------------
+
+
+def test_topology_prefers_a_node_running_jobs_of_the_same_size() -> None:
+    a, b = node("a", 8), node("b", 8)
+    snap = snapshot(
+        [a, b],
+        [pending("j", 2)],
+        [placed("x", a, [0, 1, 2, 3]), placed("y", b, [0, 1]), placed("z", b, [2, 3])],
+    )
+    plan = run("default", snap)
+    assert launches(plan)["j"].shards[0].node_id == "b"
+
+
+def test_a_gang_larger_than_a_node_spans_nodes_of_one_rack_when_it_can() -> None:
+    nodes = [
+        node("n1", 4, rack="r1"),
+        node("n2", 4, rack="r2"),
+        node("n3", 4, rack="r2"),
+        node("n4", 4, rack="r1"),
+    ]
+    snap = snapshot(nodes, [pending("gang", 8)], [placed("x", nodes[3], [0])], multi_node=True)
+    plan = run("default", snap)
+    assert {s.node_id for s in launches(plan)["gang"].shards} == {"n2", "n3"}
+
+
+def test_a_gang_starts_whole_or_not_at_all() -> None:
+    nodes = [node("n1", 4), node("n2", 4)]
+    snap = snapshot(nodes, [pending("gang", 8)], [placed("x", nodes[0], [0])], multi_node=True)
+    plan = run("fifo", snap)
+    assert not launches(plan)
+    assert plan.waiting["gang"].code == "no_capacity"
+
+
+def test_a_gang_spans_nodes_only_where_the_shell_can_run_it() -> None:
+    nodes = [node("n1", 4), node("n2", 4)]
+    plan = run("fifo", snapshot(nodes, [pending("gang", 8)]))
+    assert plan.waiting["gang"].code == "too_large"
+    plan = run("fifo", snapshot(nodes, [pending("gang", 8)], multi_node=True))
+    assert len(launches(plan)["gang"].shards) == 2
+    plan = run("fifo", snapshot(nodes, [pending("gang", 9)], multi_node=True))
+    assert plan.waiting["gang"].reason == "asks for 9 GPUs; the cluster has 8"
+
+
+# ---- make room ----------------------------------------------------------------
+
+QUEUES = (
+    QueueSpec("a", guarantee=Resources(gpus=4)),
+    QueueSpec("b", guarantee=Resources(gpus=4)),
+)
+
+
+def test_a_queue_within_its_guarantee_reclaims_borrowed_gpus_losing_the_least_work() -> None:
+    n = node("n", 8)
+    borrowed = [placed(f"b{i}", n, [i], queue="b", started_at=100.0 * i) for i in range(8)]
+    snap = snapshot([n], [pending("a1", 2, queue="a")], borrowed, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0)
+    # b7 and b6 started last: they lose the least work.
+    assert preempted(plan) == {"b7", "b6"}
+    assert plan.waiting["a1"].code == "preempting"
+    reason = next(a.reason for a in plan.actions if getattr(a, "job_id", "") == "b7")
+    assert reason == "preempted: queue a reclaims its guarantee for job a1"
+
+
+def test_reclaim_never_takes_a_queue_below_its_own_guarantee() -> None:
+    n = node("n", 8)
+    held = [placed(f"b{i}", n, [i], queue="b") for i in range(5)] + [
+        placed("a0", n, [5, 6, 7], queue="a")
+    ]
+    snap = snapshot([n], [pending("a1", 2, queue="a")], held, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0)
+    # b borrows 1 GPU; a needs 2 and a is at 3 of 4 + 2 = 5 > 4: over its guarantee, no reclaim.
+    assert not preempted(plan)
+    snap = snapshot([n], [pending("a1", 1, queue="a")], held, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0)
+    assert preempted(plan) == {"b4"} or len(preempted(plan)) == 1
+
+
+def test_young_jobs_are_protected_from_preemption() -> None:
+    n = node("n", 6)
+    held = [placed(f"b{i}", n, [i], queue="b", started_at=9_900.0) for i in range(6)]
+    snap = snapshot([n], [pending("a1", 1, queue="a")], held, queues=QUEUES)
+    assert not preempted(run("drf", snap, now=10_000.0, min_run_s=300.0))
+    assert len(preempted(run("drf", snap, now=10_000.0, min_run_s=60.0))) == 1
+
+
+def test_jobs_on_their_way_out_are_not_chosen_again() -> None:
+    n = node("n", 3)
+    held = [placed("b0", n, [0], queue="b", state="preempting")]
+    held += [placed(f"b{i}", n, [i], queue="b") for i in (1, 2)]
+    snap = snapshot(
+        [n],
+        [pending("a1", 2, queue="a")],
+        held,
+        queues=(QueueSpec("a", guarantee=Resources(gpus=2)),),
+    )
+    victims = preempted(run("drf", snap, now=10_000.0))
+    assert len(victims) == 1 and "b0" not in victims
+
+
+def test_no_more_victims_while_earlier_ones_are_still_stopping() -> None:
+    n = node("n", 8)
+    held = [placed(f"b{i}", n, [i], queue="b", started_at=0.0) for i in range(7)]
+    held.append(placed("b7", n, [7], queue="b", started_at=0.0, state="preempting"))
+    snap = snapshot([n], [pending("a1", 1, queue="a")], held, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0)
+    assert not preempted(plan)
+    assert plan.waiting["a1"].code == "preempting"
+    # A second job needs more than the one GPU on its way: one more victim.
+    snap = snapshot([n], [pending("a1", 2, queue="a")], held, queues=QUEUES)
+    assert len(preempted(run("drf", snap, now=10_000.0))) == 1
+
+
+def test_tiresias_preempts_jobs_that_attained_more_service() -> None:
+    n = node("n", 2)
+    held = [placed("long", n, [0], attained_s=50_000.0), placed("short", n, [1], attained_s=100.0)]
+    plan = run("tiresias", snapshot([n], [pending("new", 1)], held), now=10_000.0)
+    assert preempted(plan) == {"long"}
+    plan = run(
+        "tiresias", snapshot([n], [pending("old", 1, attained_s=60_000.0)], held), now=10_000.0
+    )
+    assert not preempted(plan)
+
+
+# ---- reservations and backfill -------------------------------------------------
+
+
+def test_a_blocked_gang_reserves_and_only_jobs_ending_in_time_backfill() -> None:
+    n = node("n", 8)
+    busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)  # ends at 1000
+    snap = snapshot(
+        [n],
+        [
+            pending("gang", 8, at=1.0),
+            pending("long", 1, at=2.0, estimate_s=5000.0),
+            pending("short", 1, at=3.0, estimate_s=500.0),
+        ],
+        [busy],
+    )
+    plan = run("default", snap, now=100.0)
+    assert set(launches(plan)) == {"short"}  # ends at 600, before the gang's start at 1000
+    assert plan.waiting["gang"].code == "reserved"
+    assert "long" in plan.waiting and "reserved for job gang" in plan.waiting["long"].reason
+    (reserve,) = [a for a in plan.actions if isinstance(a, Reserve)]
+    assert (reserve.job_id, reserve.node_ids, reserve.expected_start) == ("gang", ("n",), 1000.0)
+
+
+def test_without_reservations_small_jobs_would_starve_the_gang() -> None:
+    # The same cluster under a profile that skips instead of reserving starts `long`.
+    n = node("n", 8)
+    busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)
+    snap = snapshot(
+        [n], [pending("gang", 8, at=1.0), pending("long", 1, at=2.0, estimate_s=5000.0)], [busy]
+    )
+    assert "long" in launches(run("sjf", snap, now=100.0))
