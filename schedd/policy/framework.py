@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
-from schedd.policy.make_room.victims import Eviction, PlaceFn
+from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
@@ -118,7 +118,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
 
 
 def _awaiting_leavers(view: View) -> Wait:
-    leaving = [j.job_id for j in view.snapshot.placed if not j.stoppable]
+    leaving = [j.job_id for j in leaving_jobs(view)]
     named = ", ".join(leaving[:3]) + (f" and {len(leaving) - 3} more" if len(leaving) > 3 else "")
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 
@@ -160,7 +160,13 @@ def _make_room(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
 
 
 def _blocked(stages: Stages, job: PendingJob, view: View, nofit: NoFit, made: int) -> Wait:
-    wait = Wait("no_capacity", nofit.describe(job.request))
+    # NoFits are shared through the memo by every job of one request, and so is the
+    # Wait that says it (kept with its NoFit, so that the id stays that object's).
+    key = ("no_capacity", id(nofit))
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = (nofit, Wait("no_capacity", nofit.describe(job.request)))
+    wait: Wait = known[1]  # type: ignore[index]
     if stages.blocking != "backfill" or made >= stages.settings.reservations:
         return wait
     held = reservation_for(job, view)

@@ -7,6 +7,7 @@ guarantee, no max and weight 1 (a cluster with no queues configured has no quota
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from schedd.policy.resources import NOTHING, Resources
@@ -25,6 +26,8 @@ class QueueSpec:
     user_limit_factor: float | None = None
 
 
+# Cached: every plan asks it for every job, and a cluster has few queues.
+@functools.lru_cache(maxsize=4096)
 def lineage(queue: str) -> tuple[str, ...]:
     """The queue and its ancestors, root first: "a/b/c" -> ("a", "a/b", "a/b/c")."""
     parts = queue.split("/")

@@ -56,6 +56,9 @@ class View:
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
     # (shards, expected end) of the jobs this plan starts, for reservations.
     launched: list[tuple[tuple[Shard, ...], float]] = field(default_factory=list)
+    # Bumped by every decision that changes what the view says (take, stop, reserve):
+    # an answer computed at one generation holds for as long as it stays the same.
+    generation: int = 0
 
     @classmethod
     def build(cls, snapshot: Snapshot, now: float, settings: Settings) -> View:
@@ -65,25 +68,34 @@ class View:
             sum(n.cpus for n in snapshot.nodes),
             sum(n.memory_mib for n in snapshot.nodes),
         )
-        allocated: dict[str, Resources] = defaultdict(lambda: NOTHING)
-        user_allocated: dict[tuple[str, str], Resources] = defaultdict(lambda: NOTHING)
+        # Summed as plain numbers per (queue, user) first: a snapshot has many more
+        # placed jobs than queues.
+        held: dict[tuple[str, str], list[float]] = {}
         gpu_sizes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         leaving = set()
         for job in snapshot.placed:
+            request = job.request
+            for shard in job.shards:
+                gpu_sizes[shard.node_id][request.gpus] += 1
             if not job.stoppable:
                 # Already being stopped (preempted or cancelled): its GPUs are still taken,
                 # but it no longer counts for its queue, or reclaim would take more victims
                 # from a queue that is already giving back.
                 leaving.add(job.job_id)
-                for shard in job.shards:
-                    gpu_sizes[shard.node_id][job.request.gpus] += 1
                 continue
-            r = job.request.resources()
-            for q in lineage(job.queue):
+            sums = held.get((job.queue, job.user))
+            if sums is None:
+                sums = held[(job.queue, job.user)] = [0, 0.0, 0]
+            sums[0] += request.gpus
+            sums[1] += request.cpus
+            sums[2] += request.memory_mib
+        allocated: dict[str, Resources] = defaultdict(lambda: NOTHING)
+        user_allocated: dict[tuple[str, str], Resources] = defaultdict(lambda: NOTHING)
+        for (queue, user), (gpus, cpus, memory_mib) in held.items():
+            r = Resources(int(gpus), cpus, int(memory_mib))
+            user_allocated[(queue, user)] = r
+            for q in lineage(queue):
                 allocated[q] += r
-            user_allocated[(job.queue, job.user)] += r
-            for shard in job.shards:
-                gpu_sizes[shard.node_id][job.request.gpus] += 1
         most = max((len(n.gpus) for n in snapshot.nodes), default=0)
         by_free: list[dict[str, None]] = [{} for _ in range(most + 1)]
         for node_id, cap in sorted(capacity.items()):
@@ -144,6 +156,7 @@ class View:
     # ---- the plan's decisions --------------------------------------------------
 
     def take(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
+        self.generation += 1
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             cap = self.capacity[shard.node_id]
             del self.by_free[len(cap.free_gpus)][shard.node_id]
@@ -160,6 +173,7 @@ class View:
 
     def stop(self, job: PlacedJob) -> None:
         """Count a victim's resources as leaving its queue (they free when it exits)."""
+        self.generation += 1
         self.stopping.add(job.job_id)
         r = job.request.resources()
         for q in lineage(job.queue):
@@ -171,6 +185,7 @@ class View:
         return self.reservations.get(job_id)
 
     def reserve(self, reservation: Reservation) -> None:
+        self.generation += 1
         self.reservations[reservation.job_id] = reservation
         for node_id in reservation.node_ids:
             for g in self.capacity[node_id].free_gpus:

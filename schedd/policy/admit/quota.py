@@ -10,6 +10,16 @@ from schedd.policy.view import View
 
 
 def admit(job: PendingJob, view: View) -> Wait | None:
+    # The answer only changes when the plan changes the view: many pending jobs of one
+    # queue ask for the same.
+    key = ("quota", job.queue, job.request, view.generation)
+    if key in view.memo:
+        return view.memo[key]  # type: ignore[return-value]
+    wait = view.memo[key] = _admit(job, view)
+    return wait
+
+
+def _admit(job: PendingJob, view: View) -> Wait | None:
     wants = job.request.resources()
     for q in lineage(job.queue):
         limit = view.queue(q).max

@@ -10,9 +10,9 @@ from __future__ import annotations
 from schedd.policy.make_room.victims import (
     Eviction,
     PlaceFn,
+    by_work_at_risk,
     fewest_victims,
     protected,
-    work_at_risk,
 )
 from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob, PlacedJob
@@ -24,6 +24,27 @@ def _borrowed(queue: str, view: View) -> int:
     return held - view.queue(queue).guarantee.gpus
 
 
+def _candidates(queue: str, view: View) -> list[PlacedJob]:
+    """Jobs of other queues that could go, least work lost first, as long as no queue
+    falls below its guarantee (the same for every job of `queue` until the view changes)."""
+    key = ("reclaim_candidates", queue, view.generation)
+    known = view.memo.get(key)
+    if known is not None:
+        return known  # type: ignore[return-value]
+    room: dict[str, int] = {}
+    ranked: list[PlacedJob] = []
+    for victim in by_work_at_risk(view):
+        if victim.queue == queue or protected(victim, view):
+            continue
+        left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
+        if victim.request.gpus > left:
+            continue  # taking it would push its queue below its guarantee
+        room[victim.queue] = left - victim.request.gpus
+        ranked.append(victim)
+    view.memo[key] = ranked
+    return ranked
+
+
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     own = view.queue(job.queue).guarantee.gpus
     held = view.allocated.get(job.queue, NOTHING).gpus
@@ -32,17 +53,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     memo = ("reclaim", job.queue, job.request)
     if memo in view.memo:
         return None  # found no victims earlier in this cycle; there are fewer now
-    room: dict[str, int] = {}
-    ranked: list[PlacedJob] = []
-    for victim in sorted(view.snapshot.placed, key=lambda j: (work_at_risk(j, view), j.job_id)):
-        if victim.queue == job.queue or protected(victim, view):
-            continue
-        left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
-        if victim.request.gpus > left:
-            continue  # taking it would push its queue below its guarantee
-        room[victim.queue] = left - victim.request.gpus
-        ranked.append(victim)
-    victims = fewest_victims(job, view, ranked, place)
+    victims = fewest_victims(job, view, _candidates(job.queue, view), place)
     if victims is None:
         view.memo[memo] = None
         return None

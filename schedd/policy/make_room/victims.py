@@ -33,6 +33,25 @@ def protected(job: PlacedJob, view: View) -> bool:
     return view.now - view.started(job) < view.settings.min_run_s
 
 
+def leaving_jobs(view: View) -> list[PlacedJob]:
+    """Placed jobs already on their way out when the cycle began (in the snapshot)."""
+    key = ("leaving",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = [j for j in view.snapshot.placed if not j.stoppable]
+    return known  # type: ignore[return-value]
+
+
+def by_work_at_risk(view: View) -> list[PlacedJob]:
+    """Placed jobs, those that would lose the least work first (ties by job id)."""
+    key = ("by_work_at_risk",)
+    known = view.memo.get(key)
+    if known is None:
+        placed = view.snapshot.placed
+        known = view.memo[key] = sorted(placed, key=lambda j: (work_at_risk(j, view), j.job_id))
+    return known  # type: ignore[return-value]
+
+
 def fewest_victims(
     job: PendingJob, view: View, ranked: Sequence[PlacedJob], place: PlaceFn
 ) -> tuple[PlacedJob, ...] | None:
@@ -41,7 +60,7 @@ def fewest_victims(
     free_total = view.free_gpu_count()
     # Jobs already on their way out free their GPUs soon: if that is enough, wait for
     # them (no new victims) rather than preempt more.
-    leaving = [j for j in view.snapshot.placed if not j.stoppable]
+    leaving = leaving_jobs(view)
     if leaving and isinstance(_place_without(job, view, leaving, place), Placement):
         return ()
     chosen: list[PlacedJob] = []

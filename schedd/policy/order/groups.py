@@ -2,9 +2,10 @@
 
 Each level compares siblings only (Slurm's fair tree): the root's children are ranked
 against each other, then the chosen child's children, down to a user's own jobs. After
-each job is handed out the ranks along its path are read again, since starting it may
-have grown them (progressive filling, as DRF asks); nothing else in the tree changed,
-so one hand-out costs a few heap operations, not a re-sort.
+each job is handed out the ranks along its path are read again if the plan changed the
+view meanwhile, since starting it may have grown them (progressive filling, as DRF
+asks); nothing else in the tree changed, so one hand-out costs a few heap operations,
+not a re-sort, and a job that only waited costs none.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def serve_tree(
     for job in sorted(pending, key=within):
         node = root
         for key in path_of(job):
-            node = node.children.setdefault(key, _Group())
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Group()
+            node = child
         node.jobs.append(job)
     seq = 0
 
@@ -66,15 +70,19 @@ def serve_tree(
         while node.heap:
             path.append(node)
             node = node.heap[0][2]
+        generation = view.generation
         yield node.jobs.popleft()
+        changed = view.generation != generation
         # Bottom up: re-rank each group on the path in its parent's heap.
         for depth in range(len(path) - 1, -1, -1):
             parent = path[depth]
             _, order, child = parent.heap[0]
             if child.empty():
                 heapq.heappop(parent.heap)
-            else:
+            elif changed:
                 heapq.heapreplace(parent.heap, (rank(keys[id(child)], depth, view), order, child))
+            else:
+                break  # nothing above changed either
 
 
 def _walk(node: _Group) -> Iterator[_Group]:

@@ -10,6 +10,7 @@ the rack, else the domain, with the fewest free GPUs that can hold it (labels `r
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import islice
 
 from schedd.policy.placement import NoFit, Placement, fit_on, needs_spreading, no_fit, spread
 from schedd.policy.snapshot import PendingJob, Shard
@@ -24,22 +25,20 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         return _gang(job, view)
     filtered: Counter[str] = Counter()
     gpus = job.request.gpus
+    sizes = view.gpu_sizes
     for bucket in view.by_free[gpus:]:
-        best: tuple[int, str, tuple[str, ...]] | None = None
-        seen = 0
-        for node_id in list(bucket):
+        if not bucket:
+            continue
+        # Affinity is a dict lookup and a fit check is not: rank a slice of the bucket by
+        # affinity (ties in bucket order), then check fits in that order.
+        scan = list(islice(bucket, AFFINITY_SCAN))
+        ranked = sorted(scan, key=lambda n: -sizes.get(n, {}).get(gpus, 0))
+        for node_id in [*ranked, *islice(bucket, AFFINITY_SCAN, None)]:
             fit = fit_on(view, node_id, job)
             if isinstance(fit, str):
                 filtered[fit] += 1
                 continue
-            affinity = view.gpu_sizes.get(node_id, {}).get(gpus, 0)
-            if best is None or affinity > best[0]:
-                best = (affinity, node_id, fit)
-            seen += 1
-            if seen >= AFFINITY_SCAN:
-                break
-        if best is not None:
-            return Placement((Shard(best[1], best[2]),))
+            return Placement((Shard(node_id, fit),))
     return no_fit(view, job, filtered)
 
 
