@@ -49,6 +49,8 @@ ESTIMATE_CACHE_MAX = 100_000
 # A preemption is in flight from its commit until the victim's exit, at most its kill
 # grace and this long: beyond that its node is taken to be away, and holds nothing back.
 PREEMPT_SETTLE_S = 5.0
+# A plan's recheck time is never sooner than this from now: no busy loop on a clock edge.
+RECHECK_FLOOR_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class Scheduler:
         self.last: Cycle | None = None
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self._busy = False  # jobs pending or placed at the last cycle: the tick applies
+        self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
         self._usage: tuple[float, Usage] | None = None
         self._usage_task: asyncio.Task[None] | None = None
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
@@ -105,12 +108,12 @@ class Scheduler:
 
     async def run(self) -> None:
         while True:
-            tick = self.profile.tick_s if self._busy else None
-            if tick is None:
+            timeout = self._timeout()
+            if timeout is None:
                 await self._wakeup.wait()
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), tick)
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
             self._wakeup.clear()
             try:
                 await self.cycle()
@@ -121,6 +124,16 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 self._wakeup.set()
 
+    def _timeout(self) -> float | None:
+        """How long to wait for an event before planning anyway: the profile's tick while
+        jobs wait or run, or until the last plan said its answer could change."""
+        waits = []
+        if self._busy and self.profile.tick_s is not None:
+            waits.append(self.profile.tick_s)
+        if self._recheck_at is not None:
+            waits.append(max(self._recheck_at - time.time(), RECHECK_FLOOR_S))
+        return min(waits, default=None)
+
     async def cycle(self) -> Plan:
         started = time.perf_counter()
         window = self.profile.pending_window
@@ -128,7 +141,7 @@ class Scheduler:
         if not snapshot.nodes:
             # Nothing can start anywhere: say so without reading the queue.
             self.waiting, self._beyond, self.reservations = {}, NO_NODES, {}
-            self.last, self._busy = None, False
+            self.last, self._busy, self._recheck_at = None, False, None
             return Plan()
         now = time.time()
         if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE:
@@ -159,6 +172,7 @@ class Scheduler:
             Wait("queued", f"queued behind the {window} oldest pending jobs") if full else None
         )
         self._busy = bool(snapshot.pending or snapshot.placed)
+        self._recheck_at = plan.recheck_at
         if full and launched:
             self.wake()  # the window moved on: the jobs behind it may start too
         self.cycles += 1

@@ -107,6 +107,10 @@ class Wait:
 class Plan:
     actions: list[Action] = field(default_factory=list)
     waiting: dict[str, Wait] = field(default_factory=dict)
+    # The earliest time this plan could come out otherwise with no event in between (a
+    # running job's protection ends, or its attained service crosses a threshold), for
+    # the shell to plan again then; None: only events change it.
+    recheck_at: float | None = None
 
     def wait_counts(self) -> dict[str, int]:
         """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""

@@ -31,6 +31,7 @@ from schedd.policy.view import View
 OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
 AdmitFn = Callable[[PendingJob, View], Wait | None]
 MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
+RecheckFn = Callable[[View], float | None]
 Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
@@ -45,6 +46,8 @@ class Stages:
     blocking: Blocking
     settings: Settings
     label: str  # why a job was launched, in words: "FIFO, best fit"
+    # When the make-room plugins' answers could change with time alone (Plan.recheck_at).
+    recheck: tuple[RecheckFn, ...] = ()
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -114,6 +117,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             result.actions.append(
                 Reserve(job.job_id, held.node_ids, held.expected_start, "head of the queue")
             )
+    if result.waiting and stages.recheck:
+        times = [t for recheck in stages.recheck if (t := recheck(view)) is not None]
+        result.recheck_at = min(times, default=None)
     return result
 
 

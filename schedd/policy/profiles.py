@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, Stages
+from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, RecheckFn, Stages
 from schedd.policy.make_room import las as las_preemption
 from schedd.policy.make_room import reclaim
 from schedd.policy.make_room.victims import PlaceFn
@@ -31,6 +31,8 @@ ORDERS: dict[str, OrderFn] = {
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {"best_fit": best_fit.place, "topology": topology.place}
 MAKE_ROOMS: dict[str, MakeRoomFn] = {"reclaim": reclaim.make_room, "las": las_preemption.make_room}
+# For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
+RECHECKS: dict[str, RecheckFn] = {"reclaim": reclaim.recheck_at, "las": las_preemption.recheck_at}
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
 
@@ -80,6 +82,7 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         blocking=blocking,
         settings=spec.settings,
         label=label,
+        recheck=tuple(RECHECKS[m] for m in spec.make_room if m in RECHECKS),
     )
 
 
@@ -109,7 +112,7 @@ BUILTIN: dict[str, ProfileSpec] = {
     # Shortest job first with the true run times (a simulator baseline: an oracle).
     "sjf": ProfileSpec(order="sjf", place="best_fit", estimates="oracle"),
     # Tiresias: 2D-LAS with preemption, no knowledge of run times.
-    "tiresias": ProfileSpec(order="las", place="best_fit", make_room=("las",), tick_s=60.0),
+    "tiresias": ProfileSpec(order="las", place="best_fit", make_room=("las",)),
     # Dominant Resource Fairness across queues and users, with quotas and reclaim.
     "drf": ProfileSpec(
         order="drf", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
@@ -126,6 +129,5 @@ BUILTIN: dict[str, ProfileSpec] = {
         admit=("quota", "user_limit"),
         make_room=("reclaim", "las"),
         blocking="backfill",
-        tick_s=60.0,
     ),
 }

@@ -1,11 +1,12 @@
 """The event-driven replay: a virtual clock, simulated nodes, and the profile's own `plan`.
 
 At each instant (an arrival, a completion, the end of a preemption, or the profile's
-periodic tick while jobs are pending or running) the engine takes every event due then,
+periodic tick while jobs are pending or running, or the time the last plan said it
+could come out otherwise: `Plan.recheck_at`) the engine takes every event due then,
 builds a Snapshot exactly as the live scheduler would (the oldest `pending_window`
 pending jobs in submission order), calls `plan`, and applies the Plan. A plan that
-launched, preempted or stopped something is followed by another at the same instant,
-until one changes nothing (at most `max_rounds`).
+preempted or stopped something, or launched from a full pending window, is followed by
+another at the same instant, until one changes nothing (at most `max_rounds`).
 
 Views handed to the policy are kept between instants and rebuilt only where something
 in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
@@ -84,6 +85,7 @@ class Simulation:
         self._pending_view: tuple[PendingJob, ...] | None = None
         self._placed_view: tuple[float, tuple[PlacedJob, ...]] | None = None
         self._tick_origin = start
+        self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
 
     # ---- the loop -----------------------------------------------------------------
 
@@ -125,6 +127,8 @@ class Simulation:
             return None  # nothing runs and nothing arrives: what is left can never start
         if tick is not None:
             candidates.append(tick)
+        if self._recheck_at is not None:
+            candidates.append(self._recheck_at)
         return min(candidates)
 
     def _next_tick(self, now: float) -> float | None:
@@ -154,13 +158,25 @@ class Simulation:
     def _plan_until_quiet(self, now: float) -> None:
         plan = Plan()
         for _ in range(self.options.max_rounds):
-            plan = self.profile.plan(self.snapshot(now), now)
+            snapshot = self.snapshot(now)
+            plan = self.profile.plan(snapshot, now)
             self.ledger.plan_calls += 1
-            if not self._apply(plan, now):
+            if not self._apply(plan, now) or not self._worth_replanning(plan, snapshot):
                 break
         else:
             self.ledger.replan_cap_hits += 1
         self.ledger.planned(plan)
+        recheck = plan.recheck_at
+        self._recheck_at = recheck if recheck is not None and recheck > now else None
+
+    def _worth_replanning(self, plan: Plan, snapshot: Snapshot) -> bool:
+        """Whether a plan at the same instant could decide more. A plan that only
+        launched already filled what its view offered, and its view was the cluster as
+        it now is; GPUs freed by stops or preemptions, or jobs behind a full pending
+        window, are new to the next one."""
+        if len(snapshot.pending) >= self.profile.pending_window:
+            return True
+        return any(not isinstance(a, Launch | Reserve) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
 

@@ -151,6 +151,32 @@ def test_young_jobs_are_protected_from_preemption() -> None:
     assert len(preempted(run("drf", snap, now=10_000.0, min_run_s=60.0))) == 1
 
 
+def test_a_plan_waiting_on_young_victims_says_when_they_come_of_age() -> None:
+    n = node("n", 2)
+    held = [
+        placed("b0", n, [0], queue="b", started_at=9_900.0),
+        placed("b1", n, [1], queue="b", started_at=9_800.0),
+    ]
+    snap = snapshot([n], [pending("a1", 1, queue="a")], held, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0, min_run_s=300.0)
+    assert not preempted(plan) and plan.recheck_at == 10_100.0  # b1, 300 s after 9,800
+    # Nothing waiting: nothing to look at again.
+    assert run("drf", snapshot([n], [], held, queues=QUEUES), now=10_000.0).recheck_at is None
+    # fifo has no make-room stage, so time alone never changes its answer.
+    assert run("fifo", snap, now=10_000.0).recheck_at is None
+
+
+def test_tiresias_looks_again_when_a_running_job_drops_a_service_queue() -> None:
+    n = node("n", 2)
+    # 2 GPUs at 3,000 GPU-s: it crosses the 3,200 GPU-s threshold 100 s from now.
+    held = [placed("wide", n, [0, 1], attained_s=3_000.0, started_at=0.0)]
+    plan = run("tiresias", snapshot([n], [pending("new", 1)], held), now=10_000.0)
+    assert not preempted(plan) and plan.recheck_at == 10_100.0
+    later = [placed("wide", n, [0, 1], attained_s=3_200.0, started_at=0.0)]
+    plan = run("tiresias", snapshot([n], [pending("new", 1)], later), now=10_100.0)
+    assert preempted(plan) == {"wide"}
+
+
 def test_jobs_on_their_way_out_are_not_chosen_again() -> None:
     n = node("n", 3)
     held = [placed("b0", n, [0], queue="b", state="preempting")]

@@ -294,8 +294,21 @@ def test_ticks_while_jobs_run_and_stop_when_idle() -> None:
         return Plan()
 
     simulate([job("a", 0, 12), job("b", 100, 1)], "1x1", scripted(count, tick_s=5))
-    # 0 (launch, then quiet), 5, 10, 12 (finish); idle until b: 100 (twice), 101.
-    assert calls == [0, 0, 5, 10, 12, 100, 100, 101]
+    # 0 (a launch: nothing freed, nothing behind the window, no second plan), 5, 10,
+    # 12 (finish); idle until b: 100, 101.
+    assert calls == [0, 5, 10, 12, 100, 101]
+
+
+def test_plans_again_when_the_last_plan_asked_to_be_rechecked() -> None:
+    calls: list[float] = []
+
+    def recheck_at_7(snapshot: Snapshot, now: float) -> Plan:
+        calls.append(now)
+        return Plan(recheck_at=7.0) if now < 7 else Plan()
+
+    simulate([job("a", 0, 12), job("b", 1, 1, gpus=2)], "1x1", scripted(recheck_at_7))
+    # 0 (a starts), 1 (b arrives, can never fit), 7 (asked for), 12 (a ends); no ticks.
+    assert calls == [0, 1, 7, 12]
 
 
 def test_jobs_that_can_never_start_end_the_replay_unfinished() -> None:

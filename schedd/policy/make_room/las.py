@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims
+from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims, protection_ends
 from schedd.policy.order.las import level
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -39,3 +39,20 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
         view.memo[memo] = None
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has attained less service")
+
+
+def recheck_at(view: View) -> float | None:
+    """When a running job next comes of age or drops to a lower 2D-LAS queue (its
+    service grows by its GPU count each second): either may open room for a waiting job."""
+    thresholds = view.settings.las_thresholds_gpu_s
+    times = []
+    for job in view.snapshot.placed:
+        if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
+            continue
+        above = level(job, view)
+        if above < len(thresholds):
+            times.append(view.now + (thresholds[above] - job.attained_s) / job.request.gpus)
+    ends = protection_ends(view)
+    if ends is not None:
+        times.append(ends)
+    return min(times, default=None)

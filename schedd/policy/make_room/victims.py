@@ -52,6 +52,17 @@ def by_work_at_risk(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
+def protection_ends(view: View) -> float | None:
+    """The earliest time a running job, too young to preempt now, no longer is."""
+    min_run = view.settings.min_run_s
+    ends = [
+        j.started_at + min_run
+        for j in view.snapshot.placed
+        if j.started_at is not None and j.stoppable and j.started_at + min_run > view.now
+    ]
+    return min(ends, default=None)
+
+
 def fewest_victims(
     job: PendingJob, view: View, ranked: Sequence[PlacedJob], place: PlaceFn
 ) -> tuple[PlacedJob, ...] | None:
