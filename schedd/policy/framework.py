@@ -173,7 +173,12 @@ def _blocked(stages: Stages, job: PendingJob, view: View, nofit: NoFit, made: in
     if known is None:
         known = view.memo[key] = (nofit, Wait("no_capacity", nofit.describe(job.request)))
     wait: Wait = known[1]  # type: ignore[index]
-    if stages.blocking != "backfill" or made >= stages.settings.reservations:
+    settings = stages.settings
+    if stages.blocking != "backfill" or made >= settings.reservations:
+        return wait
+    if job.request.gpus < settings.reserve_min_gpus:
+        return wait
+    if settings.reserve_after_s > 0 and view.now - job.submitted_at < settings.reserve_after_s:
         return wait
     held = reservation_for(job, view)
     if held is None:

@@ -122,12 +122,14 @@ BUILTIN: dict[str, ProfileSpec] = {
         order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
     ),
     # The default: fair across tenants, least attained service within one, topology-aware
-    # placement, reclaim of guarantees, and reservations with backfill for large gangs.
+    # placement, reclaim of guarantees, and reservations with backfill for jobs that have
+    # waited a day (held GPUs idle: worth it against starvation, not for every wait).
     "default": ProfileSpec(
         order="fair_las",
         place="topology",
         admit=("quota", "user_limit"),
         make_room=("reclaim", "las"),
         blocking="backfill",
+        settings=Settings(reserve_after_s=86400.0),
     ),
 }

@@ -63,8 +63,15 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
             when = t
         if count < need:
             return None
-        nodes = tuple(sorted(n for n, c in per_node.items() if c > 0))
-        return Reservation(job.job_id, when, nodes)
+        # Hold only the nodes it needs: those with the most GPUs by then, so that the
+        # gang spans as few as it can and the rest of the cluster stays open.
+        chosen, held = [], 0
+        for node_id, c in sorted(per_node.items(), key=lambda nc: (-nc[1], nc[0])):
+            if held >= need or c <= 0:
+                break
+            chosen.append(node_id)
+            held += c
+        return Reservation(job.job_id, when, tuple(sorted(chosen)))
     best: tuple[float, str] | None = None
     for node in view.snapshot.nodes:
         if len(node.gpus) < need:

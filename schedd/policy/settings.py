@@ -22,3 +22,10 @@ class Settings:
     half_life_s: float = 86400.0
     # At most this many blocked jobs hold reservations in one cycle.
     reservations: int = 1
+    # A blocked job gets a reservation only once it has waited this long since its
+    # submission (Slurm's bf_min_age_reserve): held GPUs idle until it starts, which is
+    # worth paying against starvation, not for every job that waits a moment.
+    reserve_after_s: float = 0.0
+    # Only jobs of at least this many GPUs get reservations (a large gang is what small
+    # jobs starve; a small job finds GPUs soon enough without holding any).
+    reserve_min_gpus: int = 1

@@ -230,12 +230,33 @@ def test_a_blocked_gang_reserves_and_only_jobs_ending_in_time_backfill() -> None
         ],
         [busy],
     )
-    plan = run("default", snap, now=100.0)
+    plan = run("default", snap, now=100.0, reserve_after_s=0.0)
     assert set(launches(plan)) == {"short"}  # ends at 600, before the gang's start at 1000
     assert plan.waiting["gang"].code == "reserved"
     assert "long" in plan.waiting and "reserved for job gang" in plan.waiting["long"].reason
     (reserve,) = [a for a in plan.actions if isinstance(a, Reserve)]
     assert (reserve.job_id, reserve.node_ids, reserve.expected_start) == ("gang", ("n",), 1000.0)
+
+
+def test_a_reservation_waits_until_the_job_has_waited_reserve_after_s() -> None:
+    n = node("n", 8)
+    busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)
+    jobs = [pending("gang", 8, at=1.0), pending("long", 1, at=2.0, estimate_s=5000.0)]
+    snap = snapshot([n], jobs, [busy])
+    young = run("default", snap, now=100.0, reserve_after_s=600.0)
+    assert "long" in launches(young) and young.waiting["gang"].code == "no_capacity"
+    old = run("default", snap, now=601.0, reserve_after_s=600.0)
+    assert not launches(old) and old.waiting["gang"].code == "reserved"
+
+
+def test_only_jobs_of_reserve_min_gpus_hold_reservations() -> None:
+    n = node("n", 8)
+    busy = placed("busy", n, [0, 1, 2, 3, 4, 5, 6], started_at=0.0, estimate_s=1000.0)
+    jobs = [pending("two", 2, at=1.0), pending("one", 1, at=2.0, estimate_s=5000.0)]
+    snap = snapshot([n], jobs, [busy])
+    assert run("default", snap, now=100.0, reserve_after_s=0.0).waiting["two"].code == "reserved"
+    plan = run("default", snap, now=100.0, reserve_after_s=0.0, reserve_min_gpus=4)
+    assert "one" in launches(plan) and plan.waiting["two"].code == "no_capacity"
 
 
 def test_without_reservations_small_jobs_would_starve_the_gang() -> None:
