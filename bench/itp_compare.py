@@ -44,9 +44,7 @@ def cluster_for(trace: Trace, load_factor: float) -> ClusterShape:
     span = max(j.submit_s + j.duration_s for j in jobs) - start
     demand = sum(j.gpus * j.duration_s for j in jobs) / span
     largest = max(j.gpus for j in jobs)
-    nodes = max(
-        math.ceil(demand * load_factor / GPUS_PER_NODE), math.ceil(largest / GPUS_PER_NODE)
-    )
+    nodes = max(math.ceil(demand * load_factor / GPUS_PER_NODE), math.ceil(largest / GPUS_PER_NODE))
     return ClusterShape(nodes, GPUS_PER_NODE)
 
 

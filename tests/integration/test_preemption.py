@@ -222,3 +222,33 @@ async def test_transitions_of_preemption_in_the_store(pool: asyncpg.Pool) -> Non
     # It never ran: no GPU time, no run recorded.
     assert row["attained_gpu_s"] == 0
     assert await pool.fetchval("SELECT count(*) FROM job_runs") == 0
+
+
+async def test_a_victim_too_young_to_preempt_is_preempted_once_it_comes_of_age(
+    pool: asyncpg.Pool,
+) -> None:
+    """No event follows the submission: the plan's recheck time alone wakes the scheduler."""
+    queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2), "b": QueueConfig(guarantee_gpus=1)}
+    profiles = {"default": ProfileConfig(settings={"min_run_s": 1.5})}
+    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
+        agent = await FakeAgent(schedd.server).connect()
+        bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
+        for _ in bobs:
+            schedd.scheduler.wake()
+            await agent.start(await agent.expect(p.Launch))
+        for job_id in bobs:
+            await state_becomes(pool, job_id, "running")
+        alices = await submit(pool, "alice", queue="a")
+        cycles = schedd.scheduler.cycles
+        schedd.scheduler.wake()
+        async with asyncio.timeout(5):
+            while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110 - a counter
+                await asyncio.sleep(0.01)
+        why = schedd.scheduler.why_pending(alices)
+        assert why.code == "no_capacity" and schedd.scheduler.last is not None
+        recheck = schedd.scheduler.last.plan.recheck_at
+        assert recheck is not None
+        kill = await agent.expect(p.Kill, within=10)
+        assert kill.job_id in bobs and kill.reason.startswith("preempted: queue a reclaims")
+        # Woken once for the recheck, not polling in between.
+        assert schedd.scheduler.cycles - cycles <= 3
