@@ -7,6 +7,7 @@ names the option and the reason, with exit status 2, as argparse's own errors.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -67,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", required=True, choices=FORMATS, help="the trace's format")
     parser.add_argument(
         "--cluster", required=True, type=_shape, metavar="NODESxGPUS", help="e.g. 120x8"
+    )
+    parser.add_argument(
+        "--rack-size",
+        type=_positive_int,
+        metavar="N",
+        help="label every N consecutive nodes as one rack (default: no racks)",
     )
     parser.add_argument(
         "--policy",
@@ -182,8 +189,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         queues=queues,
     )
     profiles = [policy.profile(name) for name in names]
+    shape = dataclasses.replace(args.cluster, nodes_per_rack=args.rack_size)
     try:
-        runs = replay(trace, args.cluster, profiles, options, locality)
+        runs = replay(trace, shape, profiles, options, locality)
     except SimError as exc:
         sys.exit(f"schedctl sim: {exc}")
     unit = args.unit or DEFAULT_UNIT[args.format]
@@ -200,7 +208,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "jobs": len(trace.jobs),
                 "dropped_zero_gpu": trace.dropped_zero_gpu,
             },
-            "cluster": {"nodes": args.cluster.nodes, "gpus_per_node": args.cluster.gpus_per_node},
+            "cluster": {
+                "nodes": shape.nodes,
+                "gpus_per_node": shape.gpus_per_node,
+                "nodes_per_rack": shape.nodes_per_rack,
+            },
             "options": {
                 "locality": "off" if args.no_locality else (args.model_info or "default only"),
                 "locality_default": args.locality_default,

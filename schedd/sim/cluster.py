@@ -20,5 +20,8 @@ def build_nodes(shape: ClusterShape) -> tuple[Node, ...]:
         gpus = tuple(
             Gpu(f"{node_id}-g{i}", i, GPU_MODEL, GPU_MEMORY_MIB) for i in range(shape.gpus_per_node)
         )
-        nodes.append(Node(node_id, gpus, NODE_CPUS, NODE_MEMORY_MIB))
+        labels = {}
+        if shape.nodes_per_rack:
+            labels["rack"] = f"r{n // shape.nodes_per_rack}"
+        nodes.append(Node(node_id, gpus, NODE_CPUS, NODE_MEMORY_MIB, labels=labels))
     return tuple(nodes)

@@ -12,6 +12,9 @@ _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 class ClusterShape:
     nodes: int
     gpus_per_node: int
+    # Consecutive nodes per rack (label `rack`, for topology-aware placement); None: no
+    # racks, one flat network.
+    nodes_per_rack: int | None = None
 
     @property
     def gpus(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -42,11 +43,13 @@ def simulate(
     policy: Profile | str = "fifo",
     options: SimOptions | None = None,
     locality: LocalityModel | None = None,
+    rack_size: int | None = None,
 ) -> SimResult:
     nodes, gpus = (int(x) for x in shape.split("x"))
     trace = Trace("test.csv", "csv", tuple(jobs), 0, any(j.deadline_s for j in jobs))
     chosen = profile(policy) if isinstance(policy, str) else policy
-    return Simulation(trace, ClusterShape(nodes, gpus), chosen, options, locality).run()
+    cluster = ClusterShape(nodes, gpus, rack_size)
+    return Simulation(trace, cluster, chosen, options, locality).run()
 
 
 def by_id(result: SimResult) -> dict[str, tuple[float | None, float | None]]:
@@ -129,6 +132,29 @@ def test_a_job_across_nodes_runs_at_its_locality_speed(
 ) -> None:
     result = simulate([job("big", 0, 10, gpus=4, name=model)], "2x2", locality=locality)
     assert by_id(result)["big"] == (0, finish)
+
+
+@pytest.mark.parametrize(("rack_size", "nodes"), [(None, {"n1", "n2"}), (2, {"n2", "n3"})])
+def test_topology_keeps_a_gang_in_one_rack_of_simulated_nodes(
+    rack_size: int | None, nodes: set[str]
+) -> None:
+    # `a` holds half of n0; the 8-GPU gang needs two whole nodes. Without racks it takes
+    # the first two empty ones; with racks of two nodes, the two of the empty rack.
+    default = profile("default")
+    placed: dict[str, set[str]] = {}
+
+    def observe(snapshot: Snapshot, now: float) -> Plan:
+        plan = default.plan(snapshot, now)
+        for a in plan.actions:
+            if isinstance(a, Launch):
+                placed[a.job_id] = {s.node_id for s in a.shards}
+        return plan
+
+    watched = dataclasses.replace(default, plan=observe)
+    jobs = [job("a", 0, 100, gpus=2), job("gang", 1, 10, gpus=8)]
+    result = simulate(jobs, "4x4", watched, rack_size=rack_size)
+    assert by_id(result)["gang"] == (1, 11)
+    assert placed["gang"] == nodes
 
 
 def test_a_job_on_one_node_runs_at_full_speed() -> None:

@@ -32,6 +32,12 @@ def test_nodes_have_uuids_per_gpu_and_room_for_everything_else() -> None:
     assert nodes[0].cpus >= 1000 and nodes[0].memory_mib >= 1 << 30
 
 
+def test_racks_label_consecutive_nodes() -> None:
+    assert all(not n.labels for n in build_nodes(ClusterShape(4, 2)))
+    nodes = build_nodes(ClusterShape(5, 2, nodes_per_rack=2))
+    assert [n.labels["rack"] for n in nodes] == ["r0", "r0", "r1", "r1", "r2"]
+
+
 def test_locality_table_loads_and_looks_up_nearest(tmp_path: Path) -> None:
     path = tmp_path / "model_info.json"
     path.write_text(json.dumps({"vgg16": {"2": {"1": 1.0, "2": 0.9}, "8": {"2": 0.6, "4": 0.3}}}))
