@@ -122,9 +122,17 @@ BUILTIN: dict[str, ProfileSpec] = {
         order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
     ),
     # The default: fair across tenants, least attained service within one, topology-aware
-    # placement, reclaim of guarantees, and reservations with backfill for jobs that have
-    # waited a day (held GPUs idle: worth it against starvation, not for every wait).
+    # placement, reclaim of guarantees. No reservations: on the ITP traces held GPUs cost
+    # more average JCT than they saved (docs/simulator.md).
     "default": ProfileSpec(
+        order="fair_las",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "las"),
+    ),
+    # The default plus reservations with backfill for blocked jobs that waited
+    # `reserve_after_s` (a day): large gangs never starve, at some average JCT.
+    "backfill": ProfileSpec(
         order="fair_las",
         place="topology",
         admit=("quota", "user_limit"),

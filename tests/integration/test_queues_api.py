@@ -11,7 +11,7 @@ import orjson
 
 from schedd.store import tokens
 from shared import protocol as p
-from shared.config import QueueConfig
+from shared.config import ProfileConfig, QueueConfig
 from tests.integration.fake_agent import FakeAgent, state_becomes
 from tests.integration.inprocess import Schedd, start_schedd
 
@@ -115,7 +115,8 @@ async def test_queues_show_usage_borrowing_shares_and_waits(pool: asyncpg.Pool) 
 
 async def test_a_blocked_job_shows_its_reservation(pool: asyncpg.Pool) -> None:
     alice = await tokens.create(pool, "alice", "user")
-    async with start_schedd(pool, policy="default") as schedd:
+    profiles = {"backfill": ProfileConfig(settings={"reserve_after_s": 0})}
+    async with start_schedd(pool, policy="backfill", profiles=profiles) as schedd:
         agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         spec = {"name": "t", "command": ["true"], "gpus": 1, "estimated_runtime_s": 600}
         status, body = await call(schedd, "POST", "/v1/jobs", alice, spec)

@@ -88,7 +88,7 @@ def test_every_plan_is_valid_and_gangs_are_whole(snap: Snapshot, name: str) -> N
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snap=clusters(), name=st.sampled_from(["drf", "capacity", "default"]))
+@given(snap=clusters(), name=st.sampled_from(["drf", "capacity", "default", "backfill"]))
 def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: str) -> None:
     plan = policy.profile(name).plan(snap, 10_000.0)
     victims = {a.job_id for a in plan.actions if isinstance(a, Preempt)}
@@ -191,10 +191,10 @@ def test_a_reserved_gang_eventually_runs(sizes: list[int], lengths: list[float])
     ]
     durations = {j.job_id: j.estimate_s or 0.0 for j in jobs}
     replay = Replay(Snapshot(tuple(nodes), (), tuple(jobs), multi_node=True), durations)
-    # The default holds GPUs only for jobs that waited a day; the mechanism, from the start.
-    spec = BUILTIN["default"]
+    # `backfill` holds GPUs only for jobs that waited a day; the mechanism, from the start.
+    spec = BUILTIN["backfill"]
     profile = policy.build(
-        "default", dataclasses.replace(spec, settings=Settings(reserve_after_s=0.0))
+        "backfill", dataclasses.replace(spec, settings=Settings(reserve_after_s=0.0))
     )
     for _ in range(200):
         replay.step(profile)

@@ -230,7 +230,7 @@ def test_a_blocked_gang_reserves_and_only_jobs_ending_in_time_backfill() -> None
         ],
         [busy],
     )
-    plan = run("default", snap, now=100.0, reserve_after_s=0.0)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
     assert set(launches(plan)) == {"short"}  # ends at 600, before the gang's start at 1000
     assert plan.waiting["gang"].code == "reserved"
     assert "long" in plan.waiting and "reserved for job gang" in plan.waiting["long"].reason
@@ -243,9 +243,9 @@ def test_a_reservation_waits_until_the_job_has_waited_reserve_after_s() -> None:
     busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)
     jobs = [pending("gang", 8, at=1.0), pending("long", 1, at=2.0, estimate_s=5000.0)]
     snap = snapshot([n], jobs, [busy])
-    young = run("default", snap, now=100.0, reserve_after_s=600.0)
+    young = run("backfill", snap, now=100.0, reserve_after_s=600.0)
     assert "long" in launches(young) and young.waiting["gang"].code == "no_capacity"
-    old = run("default", snap, now=601.0, reserve_after_s=600.0)
+    old = run("backfill", snap, now=601.0, reserve_after_s=600.0)
     assert not launches(old) and old.waiting["gang"].code == "reserved"
 
 
@@ -254,8 +254,8 @@ def test_only_jobs_of_reserve_min_gpus_hold_reservations() -> None:
     busy = placed("busy", n, [0, 1, 2, 3, 4, 5, 6], started_at=0.0, estimate_s=1000.0)
     jobs = [pending("two", 2, at=1.0), pending("one", 1, at=2.0, estimate_s=5000.0)]
     snap = snapshot([n], jobs, [busy])
-    assert run("default", snap, now=100.0, reserve_after_s=0.0).waiting["two"].code == "reserved"
-    plan = run("default", snap, now=100.0, reserve_after_s=0.0, reserve_min_gpus=4)
+    assert run("backfill", snap, now=100.0, reserve_after_s=0.0).waiting["two"].code == "reserved"
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0, reserve_min_gpus=4)
     assert "one" in launches(plan) and plan.waiting["two"].code == "no_capacity"
 
 
