@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _traces import add_trace_dir
 
 from schedd import policy
 from schedd.sim.engine import Simulation
@@ -79,12 +80,7 @@ def _row(name: str, shape: ClusterShape, summaries: list[Summary], walls: list[f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--trace-dir",
-        default=os.environ.get("GPUSCHED_TRACES"),
-        required="GPUSCHED_TRACES" not in os.environ,
-        help="directory of the public traces (default: $GPUSCHED_TRACES)",
-    )
+    add_trace_dir(parser)
     parser.add_argument("--clusters", help="comma-separated names (default: all)")
     parser.add_argument("--load-factor", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=2, help="traces replayed at once")

@@ -13,8 +13,9 @@ Figures only: nothing here asserts.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from _traces import add_trace_dir
 
 from schedd import policy
 from schedd.sim.engine import Simulation
@@ -30,12 +31,7 @@ REFERENCE_MISS = 0.714
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--trace-dir",
-        default=os.environ.get("GPUSCHED_TRACES"),
-        required="GPUSCHED_TRACES" not in os.environ,
-        help="directory of the public traces (default: $GPUSCHED_TRACES)",
-    )
+    add_trace_dir(parser)
     args = parser.parse_args()
     path = Path(args.trace_dir) / "chronus" / "philly_MIX2.csv"
     trace = read_trace(path, "chronus")

@@ -21,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from _traces import add_trace_dir
+
 from schedd import policy
 from schedd.policy import Profile
 from schedd.policy.actions import Plan
@@ -62,12 +64,7 @@ def commit() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--trace-dir",
-        default=os.environ.get("GPUSCHED_TRACES"),
-        required="GPUSCHED_TRACES" not in os.environ,
-        help="directory of the public traces (default: $GPUSCHED_TRACES)",
-    )
+    add_trace_dir(parser)
     parser.add_argument("--profiles", help="comma-separated (default: every profile)")
     parser.add_argument("--limit", type=int, help="replay only the N earliest rows")
     parser.add_argument("--itp-cluster", default="64x8", help="512 GPUs: cluster04's demand")

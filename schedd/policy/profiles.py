@@ -14,7 +14,7 @@ from schedd.policy.admit import quota, user_limit
 from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, RecheckFn, Stages
 from schedd.policy.make_room import las as las_preemption
 from schedd.policy.make_room import reclaim
-from schedd.policy.make_room.victims import PlaceFn
+from schedd.policy.make_room.victims import PlaceFn, protection_ends
 from schedd.policy.order import capacity, drf, fair_las, fifo, las, priority, sjf
 from schedd.policy.place import best_fit, topology
 from schedd.policy.settings import Settings
@@ -32,7 +32,8 @@ ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.adm
 PLACES: dict[str, PlaceFn] = {"best_fit": best_fit.place, "topology": topology.place}
 MAKE_ROOMS: dict[str, MakeRoomFn] = {"reclaim": reclaim.make_room, "las": las_preemption.make_room}
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
-RECHECKS: dict[str, RecheckFn] = {"reclaim": reclaim.recheck_at, "las": las_preemption.recheck_at}
+# reclaim refuses victims only for their age: it looks again when one comes of age.
+RECHECKS: dict[str, RecheckFn] = {"reclaim": protection_ends, "las": las_preemption.recheck_at}
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
 

@@ -165,15 +165,19 @@ def test_a_bad_value_is_refused_naming_the_field(tmp_path: Path, text: str, erro
     assert error in str(err.value)
 
 
-def test_schedd_refuses_to_start_on_a_bad_queue(tmp_path: Path) -> None:
-    path = tmp_path / "schedd.toml"
-    path.write_text('join_token = "x"\n[queues."a"]\nguarantee_gpus = 2\nmax_gpus = 1\n')
-    done = subprocess.run(
-        [Path(sys.executable).parent / "schedd", "--config", str(path)],
+def start_schedd_with(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [Path(sys.executable).parent / "schedd", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_schedd_refuses_to_start_on_a_bad_queue(tmp_path: Path) -> None:
+    path = tmp_path / "schedd.toml"
+    path.write_text('join_token = "x"\n[queues."a"]\nguarantee_gpus = 2\nmax_gpus = 1\n')
+    done = start_schedd_with(path)
     assert done.returncode == 2
     assert done.stderr == (
         f'schedd: config: {path}: queues."a".max_gpus: must be ≥ guarantee_gpus (2)\n'
@@ -183,11 +187,6 @@ def test_schedd_refuses_to_start_on_a_bad_queue(tmp_path: Path) -> None:
 def test_schedd_refuses_to_start_on_a_bad_profile(tmp_path: Path) -> None:
     path = tmp_path / "schedd.toml"
     path.write_text('join_token = "x"\n[profiles.default]\norder = "nope"\n')
-    done = subprocess.run(
-        [Path(sys.executable).parent / "schedd", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = start_schedd_with(path)
     assert done.returncode == 2
     assert done.stderr.startswith("schedd: config: profiles.default.order: unknown 'nope'")

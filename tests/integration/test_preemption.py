@@ -169,18 +169,24 @@ async def test_a_finished_job_is_not_preempted(schedd: Schedd, pool: asyncpg.Poo
     await agent.close()
 
 
+async def bob_borrows_both_gpus(schedd: Schedd, pool: asyncpg.Pool) -> tuple[FakeAgent, list[str]]:
+    """Two of bob's jobs in queue b run on the agent's two GPUs, one of them borrowed."""
+    agent = await FakeAgent(schedd.server).connect()
+    bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
+    for _ in bobs:
+        schedd.scheduler.wake()
+        await agent.start(await agent.expect(p.Launch))
+    for job_id in bobs:
+        await state_becomes(pool, job_id, "running")
+    return agent, bobs
+
+
 async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncpg.Pool) -> None:
     """The default profile's plan, carried out live: bob borrows, alice reclaims."""
     queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2), "b": QueueConfig(guarantee_gpus=1)}
     profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
     async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
-        agent = await FakeAgent(schedd.server).connect()
-        bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
-        for _ in bobs:
-            schedd.scheduler.wake()
-            await agent.start(await agent.expect(p.Launch))
-        for job_id in bobs:
-            await state_becomes(pool, job_id, "running")
+        agent, bobs = await bob_borrows_both_gpus(schedd, pool)
         alices = await submit(pool, "alice", queue="a")
         schedd.scheduler.wake()
         kill = await agent.expect(p.Kill)
@@ -231,13 +237,7 @@ async def test_a_victim_too_young_to_preempt_is_preempted_once_it_comes_of_age(
     queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2), "b": QueueConfig(guarantee_gpus=1)}
     profiles = {"default": ProfileConfig(settings={"min_run_s": 1.5})}
     async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
-        agent = await FakeAgent(schedd.server).connect()
-        bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
-        for _ in bobs:
-            schedd.scheduler.wake()
-            await agent.start(await agent.expect(p.Launch))
-        for job_id in bobs:
-            await state_becomes(pool, job_id, "running")
+        agent, bobs = await bob_borrows_both_gpus(schedd, pool)
         alices = await submit(pool, "alice", queue="a")
         cycles = schedd.scheduler.cycles
         schedd.scheduler.wake()

@@ -13,7 +13,6 @@ from schedd.policy.make_room.victims import (
     by_work_at_risk,
     fewest_victims,
     protected,
-    protection_ends,
 )
 from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob, PlacedJob
@@ -61,8 +60,3 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     return Eviction(
         victims, f"preempted: queue {job.queue} reclaims its guarantee for job {job.job_id}"
     )
-
-
-def recheck_at(view: View) -> float | None:
-    """Victims are only ever refused for their age: look again when one comes of age."""
-    return protection_ends(view)
