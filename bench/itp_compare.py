@@ -1,4 +1,4 @@
-"""The default profile against `fifo` and `tiresias` on every ITP cluster trace.
+"""The default and gittins profiles against `fifo` and `tiresias` on every ITP cluster trace.
 
 For each itp/raw/clusterNN.csv, sizes the cluster so that jobs queue: 8-GPU nodes, as
 many as hold the trace's average GPU demand (GPU-seconds over its span) times
@@ -35,7 +35,7 @@ from schedd.sim.plots import write_plots
 from schedd.sim.shape import ClusterShape
 from schedd.sim.traces import Trace, read_trace
 
-PROFILES = ("fifo", "tiresias", "default")
+PROFILES = ("fifo", "tiresias", "default", "gittins")
 GPUS_PER_NODE = 8
 
 
@@ -94,10 +94,10 @@ def main() -> None:
     paths.sort(key=lambda p: -p.stat().st_size)
     print(
         "| trace | jobs | cluster | FIFO avg queueing (min) | fifo avg JCT (min) |"
-        " tiresias | default | default vs tiresias | best | replay s (fifo / tiresias /"
-        " default) |"
+        f" {' | '.join(PROFILES[1:])} | default vs tiresias | best |"
+        f" replay s ({' / '.join(PROFILES)}) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("|" + " --- |" * (8 + len(PROFILES) - 1))
     rows = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(compare, p, args.load_factor, args.plot) for p in paths]

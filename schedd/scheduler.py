@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import asyncpg
 
 from schedd import policy_config
+from schedd.cached_read import CachedRead
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
 from schedd.policy.framework import NO_NODES
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
@@ -44,6 +46,8 @@ log = logging.get("scheduler")
 # does not hold the event loop (websocket pings, API requests) for its whole length.
 PLAN_IN_THREAD_ABOVE = 2000
 USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this often
+# The distribution of run times the Gittins policies learn: it moves as jobs end.
+SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
 # A preemption is in flight from its commit until the victim's exit, at most its kill
@@ -94,8 +98,9 @@ class Scheduler:
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self._busy = False  # jobs pending or placed at the last cycle: the tick applies
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
-        self._usage: tuple[float, Usage] | None = None
-        self._usage_task: asyncio.Task[None] | None = None
+        tasks = hub.supervisor
+        self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
+        self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
         self.cycles = 0
 
@@ -226,6 +231,7 @@ class Scheduler:
         placed_rows = await jobs.placed(self.pool)
         pending_rows = await jobs.pending(self.pool, pending_window)
         usage = await self.usage()
+        service = await self._service.get()
         estimates = await self._history([*placed_rows, *pending_rows])
         now = time.time()
         placed = tuple(_placed(r, now, _estimate(r, estimates)) for r in placed_rows)
@@ -256,6 +262,7 @@ class Scheduler:
             queues=self.queues,
             usage=usage,
             multi_node=False,  # the live runner starts a job on one node
+            service_history=service,
         )
 
     async def placed_now(self) -> tuple[PlacedJob, ...]:
@@ -263,27 +270,11 @@ class Scheduler:
         return tuple(_placed(r, now, None) for r in await jobs.placed(self.pool))
 
     async def usage(self) -> Usage:
-        """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user).
-
-        Read once, then refreshed in the background when older than USAGE_CACHE_S, so
-        that no cycle waits for the query (it reads every run of the last 5 half-lives).
-        """
-        if self._usage is None:
-            return await self._read_usage()
-        stale = time.monotonic() - self._usage[0] >= USAGE_CACHE_S
-        refreshing = self._usage_task is not None and not self._usage_task.done()
-        if stale and not refreshing and not self.hub.supervisor.closing:
-            self._usage_task = self.hub.supervisor.spawn(self._refresh_usage(), name="usage")
-        return self._usage[1]
-
-    async def _refresh_usage(self) -> None:
-        try:
-            await self._read_usage()
-        except (asyncpg.PostgresError, OSError) as exc:
-            log.warning("reading decayed usage failed", error=str(exc))
+        """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user),
+        read at most every USAGE_CACHE_S (it reads every run of the last 5 half-lives)."""
+        return await self._usage.get()
 
     async def _read_usage(self) -> Usage:
-        now = time.monotonic()
         queues: dict[str, float] = {}
         users: dict[tuple[str, str], float] = {}
         for r in await jobs.decayed_usage(self.pool, self.half_life_s):
@@ -291,9 +282,14 @@ class Scheduler:
             users[(r["queue"], r["user_name"])] = gpu_s
             for q in lineage(r["queue"]):
                 queues[q] = queues.get(q, 0.0) + gpu_s
-        usage = Usage(queues=queues, users=users)
-        self._usage = (now, usage)
-        return usage
+        return Usage(queues=queues, users=users)
+
+    async def _read_service(self) -> ServiceHistory:
+        rows = await jobs.service_taken(self.pool)
+        return ServiceHistory.of(
+            (r["gpu_s"] for r in rows if r["finished"]),
+            (r["gpu_s"] for r in rows if not r["finished"]),
+        )
 
     async def _history(self, rows: list[asyncpg.Record]) -> dict[tuple[str, str], float | None]:
         """Mean run times of earlier jobs of the same user and name, for jobs with no estimate."""

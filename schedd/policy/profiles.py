@@ -12,10 +12,21 @@ from typing import Any
 
 from schedd.policy.admit import quota, user_limit
 from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, RecheckFn, Stages
+from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import las as las_preemption
 from schedd.policy.make_room import reclaim
 from schedd.policy.make_room.victims import PlaceFn, protection_ends
-from schedd.policy.order import capacity, drf, fair_las, fifo, las, priority, sjf
+from schedd.policy.order import (
+    capacity,
+    drf,
+    fair_gittins,
+    fair_las,
+    fifo,
+    gittins,
+    las,
+    priority,
+    sjf,
+)
 from schedd.policy.place import best_fit, topology
 from schedd.policy.settings import Settings
 
@@ -27,13 +38,23 @@ ORDERS: dict[str, OrderFn] = {
     "drf": drf.order,
     "capacity": capacity.order,
     "fair_las": fair_las.order,
+    "gittins": gittins.order,
+    "fair_gittins": fair_gittins.order,
 }
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {"best_fit": best_fit.place, "topology": topology.place}
-MAKE_ROOMS: dict[str, MakeRoomFn] = {"reclaim": reclaim.make_room, "las": las_preemption.make_room}
+MAKE_ROOMS: dict[str, MakeRoomFn] = {
+    "reclaim": reclaim.make_room,
+    "las": las_preemption.make_room,
+    "gittins": gittins_preemption.make_room,
+}
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
 # reclaim refuses victims only for their age: it looks again when one comes of age.
-RECHECKS: dict[str, RecheckFn] = {"reclaim": protection_ends, "las": las_preemption.recheck_at}
+RECHECKS: dict[str, RecheckFn] = {
+    "reclaim": protection_ends,
+    "las": las_preemption.recheck_at,
+    "gittins": gittins_preemption.recheck_at,
+}
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
 
@@ -130,6 +151,13 @@ BUILTIN: dict[str, ProfileSpec] = {
         place="topology",
         admit=("quota", "user_limit"),
         make_room=("reclaim", "las"),
+    ),
+    # The default with the Gittins index learned from finished jobs in place of 2D-LAS.
+    "gittins": ProfileSpec(
+        order="fair_gittins",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "gittins"),
     ),
     # The default plus reservations with backfill for blocked jobs that waited
     # `reserve_after_s` (a day): large gangs never starve, at some average JCT.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 
@@ -86,6 +87,10 @@ class PlacedJob:
     estimate_s: float | None = None
     attained_s: float = 0.0  # GPU-seconds of service so far, this attempt included
     checkpointed_at: float | None = None  # work before this survives a preemption
+    # When `attained_s` was counted, if before the snapshot: a running job has gained
+    # GPUs x (now - attained_as_of) since (`View.attained`). A shell that keeps one
+    # PlacedJob per attempt (the simulator) sets it to the start; None: as of now.
+    attained_as_of: float | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -113,6 +118,8 @@ class Snapshot:
     queues: tuple[QueueSpec, ...] = ()  # configured queues; others are unlimited, weight 1
     usage: Usage = field(default_factory=Usage)
     multi_node: bool = False  # whether the shell can run one job across nodes
+    # GPU-seconds that finished jobs took, for policies that learn the distribution.
+    service_history: ServiceHistory | None = None
 
 
 @dataclass(slots=True)

@@ -125,6 +125,12 @@ class View:
     def estimate(self, job: PendingJob | PlacedJob) -> float:
         return job.estimate_s if job.estimate_s is not None else self.settings.default_estimate_s
 
+    def attained(self, job: PendingJob | PlacedJob) -> float:
+        """GPU-seconds of service the job has received by now."""
+        if isinstance(job, PendingJob) or job.attained_as_of is None or job.state != "running":
+            return job.attained_s
+        return job.attained_s + job.request.gpus * max(self.now - job.attained_as_of, 0.0)
+
     def started(self, job: PlacedJob) -> float:
         """When the job's current attempt started (now, if it has not yet)."""
         return job.started_at if job.started_at is not None else self.now

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -30,6 +31,7 @@ from schedd.sim.jobs import CANCELLED, FINISHED, PENDING, PREEMPTING, RUNNING, S
 from schedd.sim.ledger import Ledger
 from schedd.sim.locality import LocalityModel
 from schedd.sim.outcome import SimResult, outcome_of
+from schedd.sim.service_book import ServiceBook
 from schedd.sim.shape import ClusterShape
 from schedd.sim.traces import Trace
 from schedd.sim.usage import DAY_S, UsageBook
@@ -75,6 +77,7 @@ class Simulation:
         self.ledger = Ledger(start, self.options.queues)
         self.usage = UsageBook(self.options.half_life_s)
         self.estimates = Estimates(profile.estimates)
+        self.service = ServiceBook()
         self.gpu_owner: dict[str, SimJob] = {}
         self.pending: dict[int, SimJob] = {}  # by seq; sorted by seq when `_unsorted`
         self.holding: dict[int, SimJob] = {}  # running or preempting
@@ -188,6 +191,7 @@ class Simulation:
             queues=self.options.queues,
             usage=self.usage.at(now),
             multi_node=True,
+            service_history=self.service.history,
         )
 
     def _pending_window(self) -> tuple[PendingJob, ...]:
@@ -220,14 +224,19 @@ class Simulation:
         return job.pending_view
 
     def _placed(self, now: float) -> tuple[PlacedJob, ...]:
-        cached = self._placed_view
-        if cached is not None and cached[0] == now:
-            return cached[1]
+        """The jobs that hold GPUs, as the policy sees them. Their service is counted as
+        of the attempt's start (`PlacedJob.attained_as_of`), so the tuple stays the same
+        object from one instant to the next until a job starts or stops (and the
+        policy's work on it can be reused), unless checkpoints are modelled: then each
+        running job's last checkpoint moves with time."""
         every = self.options.checkpoint_interval_s
+        cached = self._placed_view
+        if cached is not None and (every is None or cached[0] == now):
+            return cached[1]
         views = []
         for job in self.holding.values():
             view = job.placed_view
-            if view is None or (job.state == RUNNING and job.placed_view_at != now):
+            if view is None or (every is not None and job.state == RUNNING):
                 view = self._placed_job(job, now, every)
             views.append(view)
         placed = tuple(views)
@@ -235,22 +244,26 @@ class Simulation:
         return placed
 
     def _placed_job(self, job: SimJob, now: float, every: float | None) -> PlacedJob:
-        """The job as the policy sees it at `now`: only its service and its last
-        checkpoint change while it runs; a preempting job's figures are final.
+        """The job as the policy sees it at `now`. A running job's service is given as
+        of its start; a preempting job's figures are final.
 
         Without checkpoints modelled, `checkpointed_at` is None, as the live scheduler
         says it (the policy then counts the work since the start as at risk), although
         the simulated preemption loses nothing."""
         started = job.started_at
         assert started is not None
-        attained, checkpoint = job.attained_gpu_s, None
+        checkpoint, as_of = None, None
         if job.state == RUNNING:
-            ran = now - started
-            attained += job.spec.gpus * ran
+            as_of = started
             if every is not None:
-                checkpoint = started + math.floor(ran / every) * every
-        view = PlacedJob(**job.placed_fields, attained_s=attained, checkpointed_at=checkpoint)
-        job.placed_view, job.placed_view_at = view, now
+                checkpoint = started + math.floor((now - started) / every) * every
+        view = PlacedJob(
+            **job.placed_fields,
+            attained_s=job.attained_gpu_s,
+            checkpointed_at=checkpoint,
+            attained_as_of=as_of,
+        )
+        job.placed_view = view
         return view
 
     def _views_changed(self) -> None:
@@ -434,8 +447,18 @@ class Simulation:
         self._release(job, now)
         self._end(job, FINISHED, now)
         self.estimates.finished(job.spec, job.run_time_s)
+        self.service.finished(job.attained_gpu_s, lambda: self._service_so_far(now))
         if self.estimates.changes_over_time:
             self._views_changed()
+
+    def _service_so_far(self, now: float) -> Iterator[float]:
+        """GPU-seconds received by every job that holds GPUs or waits after a preemption."""
+        for job in self.holding.values():
+            running = job.state == RUNNING and job.started_at is not None
+            ran = now - job.started_at if running else 0.0  # type: ignore[operator]
+            yield job.attained_gpu_s + job.spec.gpus * ran
+        for job in self.pending.values():
+            yield job.attained_gpu_s
 
     def _end_preemption(self, job: SimJob, now: float) -> None:
         self._release(job, now)

@@ -47,4 +47,3 @@ class SimJob:
     # What the policy's PlacedJob says that does not change during an attempt.
     placed_fields: dict[str, Any] = field(default_factory=dict)
     placed_view: PlacedJob | None = None
-    placed_view_at: float = -1.0

@@ -204,6 +204,28 @@ async def decayed_usage(
     )
 
 
+async def service_taken(pool: asyncpg.Pool, last: int = 10_000) -> list[asyncpg.Record]:
+    """GPU-seconds of service: of the `last` jobs that ended (`finished` true; any end
+    counts, since the policy wants to know when jobs leave), and so far of every job
+    not ended that has run (the attempt running now included), as rows (gpu_s, finished)."""
+    return await pool.fetch(
+        """
+        (SELECT attained_gpu_s AS gpu_s, true AS finished FROM jobs
+         WHERE finished_at IS NOT NULL ORDER BY finished_at DESC LIMIT $1)
+        UNION ALL
+        SELECT attained_gpu_s + CASE WHEN state = ANY($2::text[]) AND started_at IS NOT NULL
+                   THEN gpus * greatest(extract(epoch FROM now() - started_at)::float8, 0)
+                   ELSE 0 END,
+               false
+        FROM jobs WHERE NOT (state = ANY($3::text[]))
+          AND (attained_gpu_s > 0 OR started_at IS NOT NULL)
+        """,
+        last,
+        [s.value for s in HOLDS_RESOURCES],
+        [s.value for s in TERMINAL],
+    )
+
+
 async def mean_runtimes(
     pool: asyncpg.Pool, keys: list[tuple[str, str]], last: int = 20
 ) -> dict[tuple[str, str], float | None]:

@@ -200,3 +200,41 @@ async def test_without_a_tick_only_events_plan(pool: asyncpg.Pool) -> None:
         await asyncio.sleep(0.3)
         assert schedd.scheduler.cycles == seen
         await agent.close()
+
+
+async def test_the_snapshot_carries_the_service_jobs_took(pool: asyncpg.Pool) -> None:
+    """Ended jobs (any end) give their service; unfinished ones that ran, theirs so far
+    (the attempt running now included), as censored observations."""
+    for gpu_s, state in [(100.0, "succeeded")] * 30 + [(300.0, "failed")] * 10:
+        done = await add_job(pool)
+        await pool.execute(
+            "UPDATE jobs SET state = $2, attained_gpu_s = $3, finished_at = now() WHERE id = $1",
+            done,
+            state,
+            gpu_s,
+        )
+    never_ran = await add_job(pool)
+    await pool.execute(
+        "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1", never_ran
+    )
+    requeued = await add_job(pool)  # pending again after 200 GPU-seconds
+    await pool.execute("UPDATE jobs SET attained_gpu_s = 200 WHERE id = $1", requeued)
+    running = await add_job(pool, gpus=2)  # 2 GPUs for 100 s, after 50 GPU-seconds before
+    await pool.execute(
+        "UPDATE jobs SET state = 'running', node_id = 'n9', attained_gpu_s = 50,"
+        " started_at = now() - interval '100 seconds' WHERE id = $1",
+        running,
+    )
+    await add_job(pool)  # waiting, never ran: tells nothing
+    rows = await jobs.service_taken(pool)
+    ongoing = sorted(r["gpu_s"] for r in rows if not r["finished"])
+    assert ongoing == [200.0, pytest.approx(250.0, abs=5.0)]
+    assert sorted(r["gpu_s"] for r in rows if r["finished"]) == [0.0] + [100.0] * 30 + [300.0] * 10
+    async with start_schedd(pool) as schedd:
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
+        history = (await schedd.scheduler.snapshot(100)).service_history
+        await agent.close()
+    # Kaplan-Meier: 30 of 42 at risk end at 100; the two unfinished ones leave before 300.
+    assert history is not None and history.finished == 40
+    assert history.values == (100.0, 300.0)
+    assert history.masses == pytest.approx((30 / 42, 12 / 42))

@@ -7,6 +7,7 @@ from typing import Any
 
 from schedd.policy import build
 from schedd.policy.actions import Launch, Plan, Preempt
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
@@ -99,6 +100,7 @@ def snapshot(
     *,
     queues: tuple[QueueSpec, ...] = (),
     multi_node: bool = False,
+    service_history: ServiceHistory | None = None,
 ) -> Snapshot:
     return Snapshot(
         tuple(nodes),
@@ -106,6 +108,7 @@ def snapshot(
         tuple(pending_jobs),
         queues=queues,
         multi_node=multi_node,
+        service_history=service_history,
     )
 
 

@@ -12,7 +12,9 @@ from schedd.policy import Profile, profile
 from schedd.policy.actions import Launch, Plan, Preempt, Stop, Suspend
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
+from schedd.policy.settings import Settings
 from schedd.policy.snapshot import Shard, Snapshot, free_capacity
+from schedd.policy.view import View
 from schedd.sim.engine import SimError, SimOptions, Simulation
 from schedd.sim.locality import LocalityModel, NoLocality
 from schedd.sim.metrics import summarize
@@ -215,7 +217,8 @@ def test_placed_jobs_show_attained_service_and_checkpoint(
     views: list[tuple[float, float, float | None]] = []
 
     def observe(snapshot: Snapshot, now: float) -> Plan:
-        views.extend((now, p.attained_s, p.checkpointed_at) for p in snapshot.placed)
+        view = View.build(snapshot, now, Settings())
+        views.extend((now, view.attained(p), p.checkpointed_at) for p in snapshot.placed)
         return Plan()
 
     options = SimOptions(checkpoint_interval_s=interval)

@@ -51,7 +51,8 @@ def recheck_at(view: View) -> float | None:
             continue
         above = level(job, view)
         if above < len(thresholds):
-            times.append(view.now + (thresholds[above] - job.attained_s) / job.request.gpus)
+            gap = thresholds[above] - view.attained(job)
+            times.append(view.now + gap / job.request.gpus)
     ends = protection_ends(view)
     if ends is not None:
         times.append(ends)

@@ -15,7 +15,7 @@ from schedd.policy.view import View
 
 
 def level(job: PendingJob | PlacedJob, view: View) -> int:
-    return bisect.bisect_right(view.settings.las_thresholds_gpu_s, job.attained_s)
+    return bisect.bisect_right(view.settings.las_thresholds_gpu_s, view.attained(job))
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:

@@ -1,0 +1,129 @@
+"""The Gittins index learned from finished jobs, and the plugins that rank and preempt by it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schedd.policy.gittins import MAX_POINTS, MIN_SAMPLES, ServiceHistory, table_for
+from schedd.sim.service_book import ServiceBook
+from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+
+# Half the jobs take 1 GPU-second, half 4: a newcomer (index 1/2: one chance in two to
+# finish in one second) is worth more than a job past its first second (1 in 3 s).
+SHORT_OR_LONG = ServiceHistory.of([1.0, 4.0] * MIN_SAMPLES)
+# Every job takes about 10,000 GPU-seconds: a job that has started is worth finishing.
+ALIKE = ServiceHistory.of([10_000.0 + i for i in range(MIN_SAMPLES * 2)])
+# Most jobs are short, a few run for days: the longer a job has run, the less it is worth.
+HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)
+
+
+def test_the_index_of_a_two_point_distribution_is_the_closed_form() -> None:
+    table = table_for(SHORT_OR_LONG)
+    assert table is not None
+    assert table.index(0.0) == pytest.approx(0.5)
+    assert table.index(1.0) == pytest.approx(1 / 3)
+    assert table.index(3.5) > table.index(1.0)  # nearer the end, worth more
+    assert table.drops_below(0.0, 0.4) == 1.0
+    assert table.drops_below(1.0, 0.2) == 4.0  # past every job known: ranked last
+
+
+def test_alike_run_times_rank_a_started_job_above_a_newcomer() -> None:
+    table = table_for(ALIKE)
+    assert table is not None
+    assert table.index(5_000.0) > table.index(0.0)
+    assert table.drops_below(0.0, table.index(0.0)) == table.points[-1]
+
+
+def test_a_heavy_tail_ranks_a_newcomer_above_a_long_runner() -> None:
+    table = table_for(HEAVY_TAIL)
+    assert table is not None
+    assert table.index(0.0) > table.index(1_000.0)
+
+
+def test_too_short_a_history_gives_no_table() -> None:
+    assert table_for(None) is None
+    assert table_for(ServiceHistory.of([5.0] * (MIN_SAMPLES - 1))) is None
+
+
+def test_unfinished_jobs_count_as_censored_observations() -> None:
+    """Kaplan-Meier: ten jobs still running at 2.5 are at risk at 2, not at 3."""
+    history = ServiceHistory.of([1.0, 2.0, 3.0] * 20, [2.5] * 10)
+    assert history.values == (1.0, 2.0, 3.0)
+    assert history.masses == pytest.approx((2 / 7, 2 / 7, 3 / 7))
+    # A job running past every finished one leaves mass beyond them.
+    assert ServiceHistory.of([1.0] * 3, [9.0]).beyond == pytest.approx(0.25)
+
+
+def test_zero_service_is_dropped_and_long_histories_are_thinned() -> None:
+    history = ServiceHistory.of([0.0, -1.0, *range(1, 3 * MAX_POINTS + 1)])
+    assert len(history.values) <= MAX_POINTS and history.finished == 3 * MAX_POINTS
+    assert sum(history.masses) == pytest.approx(1.0)
+    assert list(history.values) == sorted(history.values)
+
+
+@given(st.lists(st.floats(1.0, 1e6), min_size=MIN_SAMPLES, max_size=200))
+def test_the_index_is_at_least_one_over_the_mean(samples: list[float]) -> None:
+    """Serving a job to its end is one of the choices the index maximises over."""
+    table = table_for(ServiceHistory.of(samples))
+    assert table is not None
+    assert table.index(0.0) >= 1 / (sum(samples) / len(samples)) * (1 - 1e-9)
+    assert all(x > 0 and math.isfinite(x) for x in table.indices)
+
+
+# ---- the plugins, in the `gittins` profile ----------------------------------------
+
+
+def test_the_order_follows_the_index() -> None:
+    n = node("n", 1)
+    waiting = [pending("new", 1, at=1.0), pending("resumed", 1, at=2.0, attained_s=5_000.0)]
+    plan = run("gittins", snapshot([n], waiting, service_history=ALIKE))
+    assert set(launches(plan)) == {"resumed"}
+    plan = run("gittins", snapshot([n], waiting, service_history=HEAVY_TAIL))
+    assert set(launches(plan)) == {"new"}
+
+
+def test_a_newcomer_preempts_only_where_the_history_says_it_is_worth_more() -> None:
+    n = node("n", 1)
+    held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
+    snap = snapshot([n], [pending("new", 1)], held, service_history=HEAVY_TAIL)
+    assert preempted(run("gittins", snap, now=10_000.0)) == {"runner"}
+    snap = snapshot([n], [pending("new", 1)], held, service_history=ALIKE)
+    assert not preempted(run("gittins", snap, now=10_000.0))
+
+
+def test_with_no_history_it_preempts_as_tiresias() -> None:
+    n = node("n", 1)
+    held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
+    snap = snapshot([n], [pending("new", 1)], held)
+    assert preempted(run("gittins", snap, now=10_000.0)) == {"runner"}
+    held = [placed("runner", n, [0], attained_s=3_000.0, started_at=0.0)]
+    snap = snapshot([n], [pending("new", 1)], held)
+    assert run("gittins", snap, now=10_000.0).recheck_at == 10_200.0
+
+
+def test_it_looks_again_when_a_runner_falls_below_a_waiting_job() -> None:
+    n = node("n", 2)
+    # 2 GPUs at half a GPU-second: past the 1 GPU-second point in a quarter second.
+    held = [placed("wide", n, [0, 1], attained_s=0.5, started_at=0.0)]
+    snap = snapshot([n], [pending("new", 1)], held, service_history=SHORT_OR_LONG)
+    plan = run("gittins", snap, now=10_000.0, min_run_s=0.0)
+    assert not preempted(plan) and plan.recheck_at == 10_000.25
+
+
+def test_the_simulator_rebuilds_its_history_only_as_it_grows() -> None:
+    book = ServiceBook()
+    for _ in range(MIN_SAMPLES - 1):
+        book.finished(100.0, lambda: [])
+    assert book.history is None
+    book.finished(100.0, lambda: [50.0])
+    first = book.history
+    assert first is not None and first.finished == MIN_SAMPLES
+    for _ in range(3):
+        book.finished(100.0, lambda: [])
+        assert book.history is first  # not 10% more yet: the same object, its table reused
+    book.finished(100.0, lambda: [])
+    assert book.history is not first and book.history.finished == MIN_SAMPLES + 4
