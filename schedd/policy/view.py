@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from schedd.policy.placed_totals import placed_totals
 from schedd.policy.queues import QueueSpec, lineage, unconfigured
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.settings import Settings
@@ -20,7 +21,6 @@ from schedd.policy.snapshot import (
     PlacedJob,
     Shard,
     Snapshot,
-    free_capacity,
     shard_requests,
 )
 
@@ -62,37 +62,11 @@ class View:
 
     @classmethod
     def build(cls, snapshot: Snapshot, now: float, settings: Settings) -> View:
-        capacity = free_capacity(snapshot)
-        total = Resources(
-            sum(len(n.gpus) for n in snapshot.nodes),
-            sum(n.cpus for n in snapshot.nodes),
-            sum(n.memory_mib for n in snapshot.nodes),
-        )
-        # Summed as plain numbers per (queue, user) first: a snapshot has many more
-        # placed jobs than queues.
-        held: dict[tuple[str, str], list[float]] = {}
-        gpu_sizes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        leaving = set()
-        for job in snapshot.placed:
-            request = job.request
-            for shard in job.shards:
-                gpu_sizes[shard.node_id][request.gpus] += 1
-            if not job.stoppable:
-                # Already being stopped (preempted or cancelled): its GPUs are still taken,
-                # but it no longer counts for its queue, or reclaim would take more victims
-                # from a queue that is already giving back.
-                leaving.add(job.job_id)
-                continue
-            sums = held.get((job.queue, job.user))
-            if sums is None:
-                sums = held[(job.queue, job.user)] = [0, 0.0, 0]
-            sums[0] += request.gpus
-            sums[1] += request.cpus
-            sums[2] += request.memory_mib
+        totals = placed_totals(snapshot)
+        capacity = totals.free_capacity()
         allocated: dict[str, Resources] = defaultdict(lambda: NOTHING)
         user_allocated: dict[tuple[str, str], Resources] = defaultdict(lambda: NOTHING)
-        for (queue, user), (gpus, cpus, memory_mib) in held.items():
-            r = Resources(int(gpus), cpus, int(memory_mib))
+        for (queue, user), r in totals.held.items():
             user_allocated[(queue, user)] = r
             for q in lineage(queue):
                 allocated[q] += r
@@ -105,13 +79,13 @@ class View:
             now=now,
             settings=settings,
             capacity=capacity,
-            total=total,
+            total=totals.total,
             queues={q.name: q for q in snapshot.queues},
             allocated=allocated,
             user_allocated=user_allocated,
             by_free=by_free,
-            gpu_sizes=gpu_sizes,
-            stopping=leaving,
+            gpu_sizes=totals.gpu_sizes(),
+            stopping=totals.leaving_ids(),
         )
 
     # ---- reading -------------------------------------------------------------
@@ -127,9 +101,14 @@ class View:
 
     def attained(self, job: PendingJob | PlacedJob) -> float:
         """GPU-seconds of service the job has received by now."""
-        if isinstance(job, PendingJob) or job.attained_as_of is None or job.state != "running":
-            return job.attained_s
-        return job.attained_s + job.request.gpus * max(self.now - job.attained_as_of, 0.0)
+        if (
+            isinstance(job, PlacedJob)
+            and job.attained_as_of is not None
+            and job.state == "running"
+            and self.now > job.attained_as_of
+        ):
+            return job.attained_s + job.request.gpus * (self.now - job.attained_as_of)
+        return job.attained_s
 
     def started(self, job: PlacedJob) -> float:
         """When the job's current attempt started (now, if it has not yet)."""

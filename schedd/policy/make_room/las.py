@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims, protection_ends
-from schedd.policy.order.las import level
+from schedd.policy.order.las import level, placed_levels
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -20,8 +20,7 @@ def _by_level(view: View) -> dict[str, list[tuple[int, PlacedJob]]]:
     known = view.memo.get(key)
     if known is None:
         ranked: dict[str, list[tuple[int, float, str, PlacedJob]]] = defaultdict(list)
-        for job in view.snapshot.placed:
-            theirs = level(job, view)
+        for job, _, theirs in placed_levels(view):
             ranked[job.queue].append((-theirs, -view.started(job), job.job_id, job))
         known = {q: [(-lv, j) for lv, _, _, j in sorted(jobs)] for q, jobs in ranked.items()}
         view.memo[key] = known
@@ -46,12 +45,11 @@ def recheck_at(view: View) -> float | None:
     service grows by its GPU count each second): either may open room for a waiting job."""
     thresholds = view.settings.las_thresholds_gpu_s
     times = []
-    for job in view.snapshot.placed:
+    for job, attained, above in placed_levels(view):
         if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
             continue
-        above = level(job, view)
         if above < len(thresholds):
-            gap = thresholds[above] - view.attained(job)
+            gap = thresholds[above] - attained
             times.append(view.now + gap / job.request.gpus)
     ends = protection_ends(view)
     if ends is not None:

@@ -54,13 +54,16 @@ def by_work_at_risk(view: View) -> list[PlacedJob]:
 
 def protection_ends(view: View) -> float | None:
     """The earliest time a running job, too young to preempt now, no longer is."""
-    min_run = view.settings.min_run_s
-    ends = [
-        j.started_at + min_run
-        for j in view.snapshot.placed
-        if j.started_at is not None and j.stoppable and j.started_at + min_run > view.now
-    ]
-    return min(ends, default=None)
+    key = ("protection_ends",)
+    if key not in view.memo:
+        min_run = view.settings.min_run_s
+        ends = [
+            j.started_at + min_run
+            for j in view.snapshot.placed
+            if j.started_at is not None and j.stoppable and j.started_at + min_run > view.now
+        ]
+        view.memo[key] = min(ends, default=None)
+    return view.memo[key]  # type: ignore[return-value]
 
 
 def fewest_victims(

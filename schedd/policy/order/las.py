@@ -18,5 +18,19 @@ def level(job: PendingJob | PlacedJob, view: View) -> int:
     return bisect.bisect_right(view.settings.las_thresholds_gpu_s, view.attained(job))
 
 
+def placed_levels(view: View) -> list[tuple[PlacedJob, float, int]]:
+    """Each placed job with its attained service and 2D-LAS queue, once per cycle."""
+    key = ("las_levels",)
+    known = view.memo.get(key)
+    if known is None:
+        thresholds = view.settings.las_thresholds_gpu_s
+        known = view.memo[key] = [
+            (job, attained, bisect.bisect_right(thresholds, attained))
+            for job in view.snapshot.placed
+            for attained in (view.attained(job),)
+        ]
+    return known  # type: ignore[return-value]
+
+
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     return iter(sorted(pending, key=lambda j: (level(j, view), j.submitted_at, j.job_id)))

@@ -1,0 +1,184 @@
+"""What the placed jobs of a snapshot hold, per node and per (queue, user), kept between plans.
+
+Every plan starts from each node's free capacity and each queue's and user's holdings.
+Counting them walks every shard of every placed job: on a busy simulated cluster that was
+most of the time of a plan. A shell that keeps its `PlacedJob` objects from one snapshot
+to the next (the simulator does) changes only a few of them between plans, so the totals
+of the last snapshot are kept and brought up to date by the jobs that came and went,
+recounting only the nodes and (queue, user) pairs they touch. A snapshot of all-new
+objects (the live scheduler reads them from the store each cycle) is counted afresh.
+
+The result is the same as a full recount (tests/unit/test_placed_totals.py replays random
+sequences against one). Keeping it is a memo, not state a decision depends on: no I/O,
+and a plan returns what it would without it. Not thread-safe: plan() runs on one thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schedd.policy.resources import NOTHING, Resources
+from schedd.policy.snapshot import (
+    FreeCapacity,
+    Gpu,
+    Node,
+    PlacedJob,
+    Request,
+    Snapshot,
+    shard_requests,
+)
+
+UserKey = tuple[str, str]  # (leaf queue, user)
+
+
+@dataclass(slots=True)
+class _Part:
+    """One shard of a placed job: what it holds on its node."""
+
+    gpu_uuids: tuple[str, ...]
+    request: Request  # the shard's share of the job's CPUs and memory
+    job_gpus: int  # the whole job's GPU count, for affinity by size
+
+
+@dataclass(slots=True)
+class PlacedTotals:
+    nodes: tuple[Node, ...] = ()
+    node_by_id: dict[str, Node] = field(default_factory=dict)
+    # Held so that the ids below stay unique: an id is only reused once its object is gone.
+    placed: tuple[PlacedJob, ...] = ()
+    members: dict[int, PlacedJob] = field(default_factory=dict)  # id(job) -> job
+    on_node: dict[str, dict[int, _Part]] = field(default_factory=dict)
+    free: dict[str, tuple[list[Gpu], float, int]] = field(default_factory=dict)
+    sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> job GPUs -> jobs
+    by_user: dict[UserKey, dict[int, Request]] = field(default_factory=dict)  # stoppable only
+    held: dict[UserKey, Resources] = field(default_factory=dict)
+    leaving: dict[int, str] = field(default_factory=dict)  # id(job) -> job id, not stoppable
+    total: Resources = NOTHING
+
+    # ---- what a View takes: copies, since the plan changes its own ----------------
+
+    def free_capacity(self) -> dict[str, FreeCapacity]:
+        return {
+            node_id: FreeCapacity(self.node_by_id[node_id], list(gpus), cpus, memory_mib)
+            for node_id, (gpus, cpus, memory_mib) in self.free.items()
+        }
+
+    def gpu_sizes(self) -> dict[str, dict[int, int]]:
+        return {node_id: dict(sizes) for node_id, sizes in self.sizes.items()}
+
+    def leaving_ids(self) -> set[str]:
+        return set(self.leaving.values())
+
+    # ---- keeping it up to date ------------------------------------------------------
+
+    def update(self, nodes: tuple[Node, ...], placed: tuple[PlacedJob, ...]) -> None:
+        if placed is self.placed and nodes is self.nodes:
+            return
+        current = {id(j): j for j in placed}
+        if nodes is not self.nodes:
+            self._reset(nodes)
+            gone: list[int] = []
+        else:
+            gone = [i for i in self.members if i not in current]
+            if 2 * (len(gone) + len(current) - (len(self.members) - len(gone))) > len(current):
+                self._reset(nodes)  # mostly new objects: a fresh count is cheaper
+                gone = []
+        touched_nodes: set[str] = set()
+        touched_users: set[UserKey] = set()
+        for i in gone:
+            self._drop(i, touched_nodes, touched_users)
+        for i, job in current.items():
+            if i not in self.members:
+                self._add(i, job, touched_nodes, touched_users)
+        self.members = current
+        self.placed = placed
+        for node_id in touched_nodes:
+            self._recount_node(node_id)
+        for key in touched_users:
+            self._recount_user(key)
+
+    def _reset(self, nodes: tuple[Node, ...]) -> None:
+        self.nodes = nodes
+        self.node_by_id = {n.node_id: n for n in nodes}
+        self.members = {}
+        self.on_node = {}
+        self.sizes = {}
+        self.by_user = {}
+        self.held = {}
+        self.leaving = {}
+        self.free = {n.node_id: (list(n.gpus), n.cpus, n.memory_mib) for n in nodes}
+        self.total = Resources(
+            sum(len(n.gpus) for n in nodes),
+            sum(n.cpus for n in nodes),
+            sum(n.memory_mib for n in nodes),
+        )
+
+    def _add(self, i: int, job: PlacedJob, nodes: set[str], users: set[UserKey]) -> None:
+        self.members[i] = job
+        parts = shard_requests(job.request, job.shards)
+        for shard, part in zip(job.shards, parts, strict=True):
+            on = self.on_node.setdefault(shard.node_id, {})
+            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus)
+            nodes.add(shard.node_id)
+        if job.stoppable:
+            key = (job.queue, job.user)
+            self.by_user.setdefault(key, {})[i] = job.request
+            users.add(key)
+        else:
+            # Already being stopped: its GPUs are still taken, but it no longer counts
+            # for its queue, or reclaim would take more from a queue already giving back.
+            self.leaving[i] = job.job_id
+
+    def _drop(self, i: int, nodes: set[str], users: set[UserKey]) -> None:
+        job = self.members.pop(i)
+        for shard in job.shards:
+            del self.on_node[shard.node_id][i]
+            nodes.add(shard.node_id)
+        key = (job.queue, job.user)
+        if self.leaving.pop(i, None) is None:
+            del self.by_user[key][i]
+            users.add(key)
+
+    def _recount_node(self, node_id: str) -> None:
+        parts = self.on_node.get(node_id, {})
+        sizes: dict[int, int] = {}
+        for part in parts.values():
+            sizes[part.job_gpus] = sizes.get(part.job_gpus, 0) + 1
+        if sizes:
+            self.sizes[node_id] = sizes
+        else:
+            self.sizes.pop(node_id, None)
+            self.on_node.pop(node_id, None)
+        node = self.node_by_id.get(node_id)
+        if node is None:
+            return  # a job on a node that is away: it holds nothing the plan could use
+        used: set[str] = set()
+        cpus, memory_mib = 0.0, 0
+        for part in parts.values():
+            used.update(part.gpu_uuids)
+            cpus += part.request.cpus
+            memory_mib += part.request.memory_mib
+        free = [g for g in node.gpus if g.uuid not in used]
+        self.free[node_id] = (free, node.cpus - cpus, node.memory_mib - memory_mib)
+
+    def _recount_user(self, key: UserKey) -> None:
+        requests = self.by_user.get(key, {})
+        if not requests:
+            self.by_user.pop(key, None)
+            self.held.pop(key, None)
+            return
+        gpus, cpus, memory_mib = 0, 0.0, 0
+        for r in requests.values():
+            gpus += r.gpus
+            cpus += r.cpus
+            memory_mib += r.memory_mib
+        self.held[key] = Resources(gpus, cpus, memory_mib)
+
+
+_kept = PlacedTotals()
+
+
+def placed_totals(snapshot: Snapshot) -> PlacedTotals:
+    """The totals for this snapshot; the returned object changes at the next call."""
+    _kept.update(snapshot.nodes, snapshot.placed)
+    return _kept

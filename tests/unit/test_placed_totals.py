@@ -1,0 +1,120 @@
+"""The totals kept between plans equal a full recount after any sequence of snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedd.policy.placed_totals import PlacedTotals, placed_totals
+from schedd.policy.resources import Resources
+from schedd.policy.snapshot import Node, PlacedJob, Request, Shard, Snapshot, free_capacity
+from tests.unit.policy_harness import node, placed
+
+NODES = (node("n0", gpus=4), node("n1", gpus=4), node("n2", gpus=8, cpus=32))
+
+
+def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, object]:
+    """What View.build counted before the totals were kept: everything, from scratch."""
+    held: dict[tuple[str, str], Resources] = {}
+    sizes: dict[str, dict[int, int]] = {}
+    for job in jobs:
+        for shard in job.shards:
+            on = sizes.setdefault(shard.node_id, {})
+            on[job.request.gpus] = on.get(job.request.gpus, 0) + 1
+        if job.stoppable:
+            key = (job.queue, job.user)
+            held[key] = held.get(key, Resources()) + job.request.resources()
+    capacity = free_capacity(Snapshot(nodes, jobs, ()))
+    return {
+        "free": {
+            n: ([g.uuid for g in c.free_gpus], c.cpus, c.memory_mib) for n, c in capacity.items()
+        },
+        "held": held,
+        "sizes": sizes,
+        "leaving": {j.job_id for j in jobs if not j.stoppable},
+    }
+
+
+def kept(totals: PlacedTotals) -> dict[str, object]:
+    return {
+        "free": {
+            n: ([g.uuid for g in c.free_gpus], c.cpus, c.memory_mib)
+            for n, c in totals.free_capacity().items()
+        },
+        "held": totals.held,
+        "sizes": totals.gpu_sizes(),
+        "leaving": totals.leaving_ids(),
+    }
+
+
+def two_node_job(job_id: str, user: str) -> PlacedJob:
+    """A gang across n0 and n1 (GPUs 3 of each), its CPUs and memory split by shard."""
+    return PlacedJob(
+        job_id,
+        user,
+        "q",
+        (Shard("n0", ("n0-g3",)), Shard("n1", ("n1-g3",))),
+        Request(2, 3.0, 2048),
+        "running",
+    )
+
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "stop", "end", "renew_all", "new_nodes"]),
+        st.integers(0, 2),  # node
+        st.integers(1, 3),  # GPUs
+        st.sampled_from(["alice", "bob"]),
+        st.sampled_from([0.5, 1.0, 4.0]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps)
+def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, str, float]]) -> None:
+    nodes = NODES
+    jobs: list[PlacedJob] = [two_node_job("gang", "alice")]
+    totals = PlacedTotals()
+    for n, (what, node_index, gpus, user, cpus) in enumerate(sequence):
+        if what == "add":
+            on = nodes[node_index]
+            taken = {u for j in jobs for u in j.gpu_uuids}
+            free = [g.index for g in on.gpus if g.uuid not in taken][:gpus]
+            if free:
+                jobs.append(placed(f"j{n}", on, free, cpus, 1000 * gpus, user=user))
+        elif what == "stop" and jobs:
+            i = node_index % len(jobs)
+            jobs[i] = dataclasses.replace(jobs[i], state="preempting")
+        elif what == "end" and jobs:
+            del jobs[node_index % len(jobs)]
+        elif what == "renew_all":
+            jobs = [dataclasses.replace(j) for j in jobs]  # as the live scheduler does
+        elif what == "new_nodes":
+            nodes = tuple(dataclasses.replace(x) for x in nodes)
+        snapshot = tuple(jobs)
+        totals.update(nodes, snapshot)
+        assert kept(totals) == recount(nodes, snapshot)
+
+
+def test_a_job_on_a_node_that_is_away_takes_nothing_from_the_nodes_there_are() -> None:
+    away = node("away", gpus=2)
+    jobs = (placed("a", away, [0, 1], user="bob"), placed("b", NODES[0], [0]))
+    totals = placed_totals(Snapshot(NODES, jobs, ()))
+    assert kept(totals) == recount(NODES, jobs)
+    assert "away" not in totals.free_capacity()
+    assert totals.held[("default", "bob")] == Resources(2, 1.0, 1024)
+
+
+def test_the_view_a_plan_changes_is_a_copy() -> None:
+    jobs = (placed("a", NODES[0], [0]),)
+    totals = placed_totals(Snapshot(NODES, jobs, ()))
+    capacity = totals.free_capacity()
+    capacity["n0"].take(("n0-g1",), Request(1, 1.0, 10))
+    totals.gpu_sizes().setdefault("n0", {})[1] = 99
+    again = placed_totals(Snapshot(NODES, jobs, ()))
+    assert [g.uuid for g in again.free_capacity()["n0"].free_gpus] == ["n0-g1", "n0-g2", "n0-g3"]
+    assert again.gpu_sizes()["n0"] == {1: 1}
