@@ -22,6 +22,7 @@ from shared.config import SchedConfig
 from shared.model import JobState
 from shared.protocol import (
     ExitAck,
+    GpuFault,
     GpuState,
     Hello,
     JobExited,
@@ -220,6 +221,16 @@ class Hub:
                 for sample in event.samples:
                     link.samples[sample.uuid] = sample
                 await nodes.record_samples(self.pool, event.samples)
+            case GpuFault():
+                # Shown to operators; taking the GPU out of placement comes with the
+                # node-health work.
+                log.error(
+                    "gpu fault",
+                    node_id=link.node_id,
+                    gpu_uuid=event.uuid,
+                    xid=event.xid,
+                    error=event.error,
+                )
             case LogChunk():
                 queue = self.log_streams.get(event.request_id)
                 if queue is not None:

@@ -32,10 +32,21 @@ class GpuInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     memory_mib: int
 
 
+class GpuProcess(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A process holding memory on a GPU (NVML's compute processes)."""
+
+    pid: int
+    memory_used_mib: int
+
+
 class GpuSample(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     uuid: str
     utilization_pct: int
     memory_used_mib: int
+    memory_total_mib: int | None = None
+    processes: list[GpuProcess] = []
+    # Set when the GPU could not be read: it keeps its slot, reported as fully busy.
+    error: str | None = None
 
 
 class Inventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -92,6 +103,14 @@ class JobFailed(Msg, tag="job_failed"):
 
 class GpuState(Msg, tag="gpu_state"):
     samples: list[GpuSample]
+
+
+class GpuFault(Msg, tag="gpu_fault"):
+    """A GPU reported an XID error, or fell off the bus: schedd stops placing on it."""
+
+    uuid: str
+    error: str
+    xid: int | None = None  # NVML's critical XID event data; None when the GPU was lost
 
 
 class LogChunk(Msg, tag="log_chunk"):
@@ -151,7 +170,7 @@ class LogCancel(Msg, tag="log_cancel"):
 # Later mechanisms (shares, suspend, checkpoint, migration, resize, staging) are
 # actions of the policy core first; their wire messages join this union with them.
 
-AgentMessage = Hello | JobStarted | JobExited | JobFailed | GpuState | LogChunk
+AgentMessage = Hello | JobStarted | JobExited | JobFailed | GpuState | GpuFault | LogChunk
 SchedMessage = Welcome | Launch | Kill | ExitAck | LogRequest | LogCancel
 
 _encoder = msgspec.json.Encoder()
