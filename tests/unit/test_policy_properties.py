@@ -99,6 +99,12 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: s
         before[job.queue] = before.get(job.queue, 0) + job.request.gpus
         if job.job_id not in victims:
             after[job.queue] = after.get(job.queue, 0) + job.request.gpus
+    # What the same plan starts for the queue counts too: it holds that after the plan.
+    launched = {a.job_id for a in plan.actions if isinstance(a, Launch)}
+    for pending_job in snap.pending:
+        if pending_job.job_id in launched:
+            q = pending_job.queue
+            after[q] = after.get(q, 0) + pending_job.request.gpus
     for job in snap.placed:
         if job.job_id in victims and "reclaims" in _reason(plan, job.job_id):
             g = guarantees.get(job.queue, 0)

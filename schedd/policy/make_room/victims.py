@@ -70,7 +70,8 @@ def fewest_victims(
     job: PendingJob, view: View, ranked: Sequence[PlacedJob], place: PlaceFn
 ) -> tuple[PlacedJob, ...] | None:
     """The shortest prefix of `ranked` (less protected jobs) whose release lets `job`
-    fit, or None."""
+    fit, less those on nodes the job would not use (their release would not help it);
+    None if no prefix does."""
     free_total = view.free_gpu_count()
     # Jobs already on their way out free their GPUs soon: if that is enough, wait for
     # them (no new victims) rather than preempt more.
@@ -86,8 +87,10 @@ def fewest_victims(
         freed += victim.request.gpus
         if free_total + freed < job.request.gpus:
             continue
-        if isinstance(_place_without(job, view, leaving + chosen, place), Placement):
-            return tuple(chosen)
+        placed = _place_without(job, view, leaving + chosen, place)
+        if isinstance(placed, Placement):
+            used = {s.node_id for s in placed.shards}
+            return tuple(v for v in chosen if any(s.node_id in used for s in v.shards))
     return None
 
 
