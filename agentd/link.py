@@ -15,10 +15,12 @@ import aiohttp
 
 from agentd import logs
 from agentd.gpu import GpuBackend, changed
+from agentd.job_controls import JobControls
 from agentd.runner import Runner, end_message
 from shared import logging, protocol
 from shared.config import AgentConfig
 from shared.protocol import (
+    Checkpoint,
     ExitAck,
     GpuSample,
     GpuState,
@@ -29,6 +31,9 @@ from shared.protocol import (
     LogCancel,
     LogRequest,
     Msg,
+    Resume,
+    SetLimits,
+    Suspend,
     Welcome,
 )
 from shared.tasks import Supervisor
@@ -53,6 +58,7 @@ class Link:
         self.supervisor = supervisor
         # The runner posts through this link, so the owner sets it after building both.
         self.runner: Runner | None = None
+        self.controls: JobControls | None = None
         self._send_lock = asyncio.Lock()
         self._outbox: asyncio.Queue[Msg] | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -174,6 +180,8 @@ class Link:
                 )
             case ExitAck():
                 runner.ack(command.job_id, command.attempt)
+            case SetLimits() | Suspend() | Resume() | Checkpoint():
+                self._control(command)
             case LogRequest():
                 rid = command.request_id
                 task = self.supervisor.spawn(
@@ -187,6 +195,34 @@ class Link:
                     stream.cancel()
             case Welcome():
                 pass
+
+    def _control(self, command: SetLimits | Suspend | Resume | Checkpoint) -> None:
+        controls = self.controls
+        if controls is None:
+            log.warning("job controls not available", job_id=command.job_id)
+            return
+        try:
+            self._apply_control(controls, command)
+        except Exception:  # one control gone wrong must not take the link down
+            log.exception(
+                "job control failed", job_id=command.job_id, control=type(command).__name__
+            )
+
+    @staticmethod
+    def _apply_control(
+        controls: JobControls, command: SetLimits | Suspend | Resume | Checkpoint
+    ) -> None:
+        match command:
+            case SetLimits():
+                controls.set_limits(
+                    command.job_id, command.attempt, command.share, command.memory_cap_mib
+                )
+            case Suspend():
+                controls.suspend(command.job_id, command.attempt, command.free_memory)
+            case Resume():
+                controls.resume(command.job_id, command.attempt)
+            case Checkpoint():
+                controls.checkpoint(command.job_id, command.attempt)
 
     def _forget_log_task(self, request_id: str) -> None:
         self._log_tasks.pop(request_id, None)

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import uvloop
 
-from agentd import gpu
+from agentd import gpu, gpu_events
+from agentd.job_controls import JobControls
 from agentd.link import Link
 from agentd.runner import Runner
+from agentd.shim_server import ShimServer
 from shared import daemon, logging, systemd
 from shared.config import AgentConfig
 from shared.protocol import Inventory
@@ -34,15 +36,51 @@ def build_inventory(config: AgentConfig, backend: gpu.GpuBackend) -> Inventory:
     )
 
 
+# The longest socket name a job gets: "<job id>.<attempt>.sock" (ids are j- and 16 hex).
+LONGEST_SOCKET_NAME = len("j-0123456789abcdef.999999.sock")
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
+
+
+class ConfigProblem(Exception):
+    pass
+
+
+def check_socket_dir(config: AgentConfig) -> Path:
+    path = config.resolved_shim_socket_dir().absolute()
+    if len(str(path).encode()) + 1 + LONGEST_SOCKET_NAME > SOCKET_PATH_MAX:
+        raise ConfigProblem(
+            f"shim_socket_dir: {str(path)!r} is too long for Unix sockets of jobs in it"
+            f" (at most {SOCKET_PATH_MAX - 1 - LONGEST_SOCKET_NAME} bytes); set a shorter"
+            " one, e.g. /run/gpusched-agent"
+        )
+    return path
+
+
 async def async_main(config: AgentConfig) -> None:
     supervisor = Supervisor()
+    socket_dir = check_socket_dir(config)
     backend = await asyncio.to_thread(gpu.choose, config)
     inventory = build_inventory(config, backend)
     link = Link(config, inventory, backend, supervisor)
-    runner = Runner(Path(config.state_dir), post=link.post)
+    shims = ShimServer(socket_dir)
+    runner = Runner(
+        Path(config.state_dir),
+        post=link.post,
+        shims=shims,
+        checkpoint_root=config.resolved_checkpoint_root(),
+    )
+    controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
+    shims.on_event = controls.on_shim_event
+    runner.on_end = controls.forget
     link.runner = runner
+    link.controls = controls
     runner.recover()
+    await runner.reopen_shims()
+    loop = asyncio.get_running_loop()
+    xids = gpu_events.for_backend(backend, gpu_events.on_loop(loop, link.post))
+    await asyncio.to_thread(xids.start)
     supervisor.spawn(link.run(), name="link")
+    supervisor.spawn(controls.run(), name="job-progress")
     supervisor.spawn(link.sample_gpus(), name="gpu-sampler")
     interval = systemd.watchdog_interval()
     if interval:
@@ -59,8 +97,10 @@ async def async_main(config: AgentConfig) -> None:
     await daemon.stop_requested()
     # Jobs are left running: they belong to their launchers, and the next agent finds them.
     systemd.notify("STOPPING=1")
+    await asyncio.to_thread(xids.stop)
     await supervisor.close()
     runner.close()
+    await shims.close()
     log.info("agentd stopped", jobs_left_running=sum(j.ended is None for j in runner.jobs.values()))
 
 
@@ -68,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     config = daemon.config_from_argv("agentd", AgentConfig, argv, __doc__)
     try:
         uvloop.run(async_main(config))
-    except gpu.GpuBackendError as exc:
+    except (gpu.GpuBackendError, ConfigProblem) as exc:
         log.error("cannot start", error=str(exc))
         sys.exit(1)
 

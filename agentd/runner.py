@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agentd.launcher import process_start_time, write_atomic
-from shared import logging
+from agentd.shim_server import ShimServer
+from shared import logging, shim
 from shared.protocol import JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
 
 log = logging.get("runner")
@@ -67,11 +68,27 @@ def base_env(launch: Launch) -> dict[str, str]:
 
 
 class Runner:
-    def __init__(self, state_dir: Path, post: Callable[[Msg], None]) -> None:
-        """`post` queues a message for schedd, in order; it may drop it while offline."""
+    def __init__(
+        self,
+        state_dir: Path,
+        post: Callable[[Msg], None],
+        shims: ShimServer | None = None,
+        checkpoint_root: Path | None = None,
+        on_end: Callable[[str, int], None] | None = None,
+    ) -> None:
+        """`post` queues a message for schedd, in order; it may drop it while offline.
+
+        With `shims`, each job gets a shim socket and a checkpoint directory,
+        `checkpoint_root/<job id>` (the same for every attempt, so a requeued job finds
+        its checkpoints). `on_end(job_id, attempt)` is called when a job has ended.
+        """
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.post = post
+        self.shims = shims
+        self.checkpoint_root = checkpoint_root or state_dir / "checkpoints"
+        self.on_end = on_end
+        self._closing: set[asyncio.Task[None]] = set()
         self.jobs: dict[Key, Job] = {}
         # Kills that arrived before their launch (a cancel racing a placement).
         self._killed_early: set[Key] = set()
@@ -106,9 +123,12 @@ class Runner:
             return
         job_dir = self.job_dir(launch.job_id, launch.attempt)
         job_dir.mkdir(parents=True, exist_ok=False)
+        env = base_env(launch)
+        if self.shims is not None:
+            env.update(await self._shim_env(launch))
         write_atomic(
             job_dir / "launch.json",
-            {"argv": launch.argv, "env": base_env(launch), "cwd": launch.cwd, "user": launch.user},
+            {"argv": launch.argv, "env": env, "cwd": launch.cwd, "user": launch.user},
         )
         job = Job(launch.job_id, launch.attempt, job_dir)
         self.jobs[key] = job
@@ -130,6 +150,35 @@ class Runner:
             self._watch(job, launcher["pid"], launcher.get("start_time"))
         else:
             self._ended(job)
+
+    async def _shim_env(self, launch: Launch) -> dict[str, str]:
+        assert self.shims is not None
+        socket_path = await self.shims.open_job(f"{launch.job_id}.{launch.attempt}")
+        checkpoints = self.checkpoint_root / launch.job_id
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        env = {
+            shim.ENV_SOCKET: str(socket_path),
+            shim.ENV_JOB_KIND: launch.kind,
+            shim.ENV_CHECKPOINT_DIR: str(checkpoints),
+        }
+        if launch.resume_from is not None:
+            env[shim.ENV_RESUME_FROM] = launch.resume_from
+        return env
+
+    async def reopen_shims(self) -> None:
+        """After a restart: the sockets of the jobs still running, for their shims to find."""
+        if self.shims is None:
+            return
+        for job in self.jobs.values():
+            if job.ended is None:
+                await self.shims.open_job(f"{job.job_id}.{job.attempt}")
+
+    def pgid_of(self, job_id: str, attempt: int) -> int | None:
+        job = self.jobs.get((job_id, attempt))
+        if job is None or job.ended is not None:
+            return None
+        pid = _read_json(job.dir / "pid.json")
+        return None if pid is None else int(pid["pgid"])
 
     # ---- watching --------------------------------------------------------------
 
@@ -156,6 +205,14 @@ class Runner:
             job.pidfd = None
         job.ended = _report_from_disk(job)
         job.done.set()
+        if self.shims is not None:
+            task = asyncio.get_running_loop().create_task(
+                self.shims.close_job(f"{job.job_id}.{job.attempt}")
+            )
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        if self.on_end is not None:
+            self.on_end(job.job_id, job.attempt)
         log.info(
             "job ended",
             job_id=job.job_id,
@@ -163,6 +220,7 @@ class Runner:
             exit_code=job.ended.exit_code,
             signal=job.ended.signal,
             reason=job.ended.reason,
+            checkpoint=job.ended.checkpoint,
         )
         self.post(end_message(job))
 
@@ -258,13 +316,32 @@ def _report_from_disk(job: Job) -> JobReport:
         return JobReport(
             job_id=job.job_id, attempt=job.attempt, status="exited", reason=str(end["failed"])
         )
+    exit_code = end.get("exit_code")
     return JobReport(
         job_id=job.job_id,
         attempt=job.attempt,
         status="exited",
-        exit_code=end.get("exit_code"),
+        exit_code=exit_code,
         signal=end.get("signal"),
+        checkpoint=_checkpoint_left(job) if exit_code == shim.EXIT_CHECKPOINTED else None,
     )
+
+
+def _checkpoint_left(job: Job) -> str | None:
+    """The checkpoint a job that exited EXIT_CHECKPOINTED says it saved, if it is there.
+
+    The exit status alone is not trusted: a job may exit 85 for reasons of its own. The
+    shim writes the checkpoint's manifest, then `latest.json` naming it, then exits.
+    """
+    launch = _read_json(job.dir / "launch.json") or {}
+    root = launch.get("env", {}).get(shim.ENV_CHECKPOINT_DIR)
+    if not root:
+        return None
+    latest = _read_json(Path(root) / shim.LATEST)
+    if latest is None or not isinstance(latest.get("path"), str):
+        return None
+    where = Path(root) / latest["path"]
+    return str(where) if (where / shim.MANIFEST).is_file() else None
 
 
 def end_message(job: Job) -> JobExited | JobFailed:
@@ -273,5 +350,9 @@ def end_message(job: Job) -> JobExited | JobFailed:
     if end.reason is not None:
         return JobFailed(job_id=job.job_id, attempt=job.attempt, reason=end.reason)
     return JobExited(
-        job_id=job.job_id, attempt=job.attempt, exit_code=end.exit_code, signal=end.signal
+        job_id=job.job_id,
+        attempt=job.attempt,
+        exit_code=end.exit_code,
+        signal=end.signal,
+        checkpoint=end.checkpoint,
     )

@@ -188,6 +188,10 @@ class ShimServer:
         job = self._jobs.get(key)
         return None if job is None else job.hello
 
+    def is_open(self, key: str) -> bool:
+        """Whether the job has a socket here (its shim may not have connected yet)."""
+        return key in self._jobs
+
     def connected(self, key: str) -> bool:
         job = self._jobs.get(key)
         return job is not None and bool(job.shims)

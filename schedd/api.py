@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from schedd import queue_report
+from schedd import api_controls, job_controls, queue_report
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.problems import Problem, invalid, not_found, unauthorized
@@ -78,6 +78,9 @@ class Api:
             web.get("/v1/jobs", self.list_jobs),
             web.get("/v1/jobs/{job_id}", self.get_job),
             web.post("/v1/jobs/{job_id}/cancel", self.cancel),
+            web.post(
+                f"/v1/jobs/{{job_id}}/{{control:{'|'.join(api_controls.ACTIONS)}}}", self.control
+            ),
             web.get("/v1/jobs/{job_id}/logs", self.logs),
             web.get("/v1/nodes", self.list_nodes),
             web.get("/v1/queues", self.list_queues),
@@ -248,6 +251,20 @@ class Api:
         fresh = await jobs.get(self.pool, row["id"])
         assert fresh is not None
         return respond(jobs.as_dict(fresh), status=202 if fresh["state"] == "cancelling" else 200)
+
+    async def control(self, request: web.Request) -> web.Response:
+        row = await self._own_job(request)
+        name = request.match_info["control"]
+        user = request[PRINCIPAL].user
+        try:
+            await api_controls.ACTIONS[name](self, request, row, user)
+        except job_controls.ControlRefused as exc:
+            raise Problem(409, "Cannot control job", str(exc), state=row["state"]) from None
+        log.info("job control asked", job_id=row["id"], control=name, user=user)
+        self.scheduler.wake()
+        fresh = await jobs.get(self.pool, row["id"])
+        assert fresh is not None
+        return respond(jobs.as_dict(fresh), status=202)
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         return respond({"nodes": await nodes.list_nodes(self.pool)})

@@ -70,6 +70,8 @@ class Executor:
             memory_mib=spec.memory_mib,
             inputs=spec.inputs,
             image=spec.image,
+            kind=row["kind"],
+            resume_from=row["checkpoint_path"],
         )
         if not await self.hub.send(shard.node_id, msg):
             # The node went away between the snapshot and now; its return or loss requeues it.
@@ -106,9 +108,13 @@ class Executor:
         return True
 
     async def cancel(self, job_id: str, reason: str) -> jobs.Moved:
-        """Cancel a pending job at once, or a placed one by killing it on its node."""
+        """Cancel a pending or checkpointed job at once, a placed one by killing it."""
         moved = await jobs.transition(
-            self.pool, job_id, JobState.CANCELLED, reason, only_from=(JobState.PENDING,)
+            self.pool,
+            job_id,
+            JobState.CANCELLED,
+            reason,
+            only_from=(JobState.PENDING, JobState.CHECKPOINTED),
         )
         placed = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
         if moved.ok or moved.current not in placed:

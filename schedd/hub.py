@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import asyncpg
 from aiohttp import WSMsgType, web
 
+from schedd import job_controls
 from schedd.store import jobs, nodes
 from shared import logging, protocol
 from shared.config import SchedConfig
@@ -25,8 +26,10 @@ from shared.protocol import (
     GpuFault,
     GpuState,
     Hello,
+    JobControlled,
     JobExited,
     JobFailed,
+    JobProgress,
     JobReport,
     JobStarted,
     Kill,
@@ -204,6 +207,7 @@ class Hub:
                     attempt=report.attempt,
                     exit_code=report.exit_code,
                     signal=report.signal,
+                    checkpoint=report.checkpoint,
                 ),
             )
 
@@ -217,6 +221,10 @@ class Hub:
                 await self._on_exited(link, event)
             case JobFailed():
                 await self._on_failed(link, event)
+            case JobProgress():
+                await job_controls.on_progress(self.pool, event)
+            case JobControlled():
+                await job_controls.on_controlled(self.pool, link.node_id, event)
             case GpuState():
                 for sample in event.samples:
                     link.samples[sample.uuid] = sample
@@ -273,7 +281,12 @@ class Hub:
         if row is not None and row["attempt"] == event.attempt:
             if row["state"] == JobState.PREEMPTING:
                 # Whatever the exit code: a preempted job is requeued (attempt kept).
-                await self._requeue_preempted(row, event.attempt, words)
+                await self._requeue_preempted(row, event.attempt, words, event.checkpoint)
+                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+                self.wake()
+                return
+            if event.checkpoint is not None and row["state"] == JobState.RUNNING:
+                await job_controls.on_checkpointed_exit(self.pool, row, event)
                 await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
                 self.wake()
                 return
@@ -295,8 +308,12 @@ class Hub:
         await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
         self.wake()
 
-    async def _requeue_preempted(self, row: asyncpg.Record, attempt: int, words: str) -> None:
+    async def _requeue_preempted(
+        self, row: asyncpg.Record, attempt: int, words: str, checkpoint: str | None = None
+    ) -> None:
+        """Back to pending; a checkpoint it saved on its way out is where it resumes."""
         why = f"requeued after preemption ({row['reason'] or 'preempted'}): {words}"
+        sets = {"checkpoint_path": checkpoint} if checkpoint is not None else {}
         await jobs.transition(
             self.pool,
             row["id"],
@@ -305,6 +322,7 @@ class Hub:
             attempt=attempt,
             only_from=(JobState.PREEMPTING,),
             reason=why,
+            **sets,
         )
 
     async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:

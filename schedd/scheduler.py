@@ -345,7 +345,13 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
 
 
 def _request(row: asyncpg.Record) -> Request:
-    return Request(row["gpus"], row["cpus"], row["memory_mib"], row["gpu_memory_mib"])
+    return Request(
+        row["gpus"],
+        row["cpus"],
+        row["memory_mib"],
+        row["gpu_memory_mib"],
+        node_id=row.get("pin_node_id"),
+    )
 
 
 def _util(sample: GpuSample | None) -> int:

@@ -13,6 +13,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -54,9 +55,13 @@ def main() -> None:
         f'listen_port = {args.port}\ndata_dir = "{run / "schedd"}"\n'
         f'join_token_file = "{run / "join_token"}"\n'
     )
+    # Job shim sockets need a short path (a Unix socket's is 107 bytes at most).
+    sockets = run / "agent" / "shim"
+    if len(str(sockets)) > 64:
+        sockets = Path(tempfile.gettempdir()) / f"gpusched-{os.getuid()}-{args.port}"
     (run / "agentd.toml").write_text(
         f'schedd_url = "{url}"\njoin_token_file = "{run / "join_token"}"\n'
-        f'node_id = "local"\nstate_dir = "{run / "agent"}"\n'
+        f'node_id = "local"\nstate_dir = "{run / "agent"}"\nshim_socket_dir = "{sockets}"\n'
     )
     procs: list[subprocess.Popen[bytes]] = []
 

@@ -117,7 +117,21 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gpu_memory_threshold_mib: Annotated[int, Meta(ge=1)] = 512
     gpu_sample_interval_s: Seconds = 1.0
     reconnect_max_s: Seconds = 30.0
+    # Each job's shim socket lives here ("" = <state_dir>/shim). A Unix socket's path
+    # holds at most 107 bytes, so keep it short.
+    shim_socket_dir: str = ""
+    # Each job's checkpoints go to <checkpoint_root>/<job id> ("" = <state_dir>/checkpoints).
+    # For migration between nodes it must be storage both nodes see at the same path.
+    checkpoint_root: str = ""
+    # A job's step rate is sent to schedd at most this often.
+    progress_interval_s: Seconds = 1.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def resolved_shim_socket_dir(self) -> Path:
+        return Path(self.shim_socket_dir or Path(self.state_dir) / "shim")
+
+    def resolved_checkpoint_root(self) -> Path:
+        return Path(self.checkpoint_root or Path(self.state_dir) / "checkpoints")
 
     def resolved_node_id(self) -> str:
         return self.node_id or socket.gethostname()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -20,6 +20,7 @@ class JobState(enum.StrEnum):
     RUNNING = "running"  # the agent started the process
     PREEMPTING = "preempting"  # the scheduler wants its GPUs back; the kill is on its way
     CANCELLING = "cancelling"  # cancel asked while placed; the kill is on its way
+    CHECKPOINTED = "checkpointed"  # saved a checkpoint and exited on request; can resume
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -45,7 +46,7 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (_S.ASSIGNED, _S.SUCCEEDED): "exited 0 before its start was recorded",
     (_S.RUNNING, _S.SUCCEEDED): "exited with status 0",
     (_S.RUNNING, _S.FAILED): "exited non-zero, by a signal, or could not run",
-    (_S.RUNNING, _S.PENDING): "requeued: lost with its node",
+    (_S.RUNNING, _S.PENDING): "requeued: lost with its node, or migrated from its checkpoint",
     (_S.RUNNING, _S.CANCELLING): "cancel asked while running",
     (_S.ASSIGNED, _S.PREEMPTING): "preempted by the scheduler before it started",
     (_S.RUNNING, _S.PREEMPTING): "preempted by the scheduler; the kill is on its way",
@@ -55,6 +56,9 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (_S.CANCELLING, _S.CANCELLED): "the kill took effect",
     (_S.CANCELLING, _S.SUCCEEDED): "it finished before the kill arrived",
     (_S.CANCELLING, _S.FAILED): "it failed before the kill arrived",
+    (_S.RUNNING, _S.CHECKPOINTED): "saved a checkpoint and exited on request",
+    (_S.CHECKPOINTED, _S.PENDING): "requeued to resume from its checkpoint",
+    (_S.CHECKPOINTED, _S.CANCELLED): "cancelled while checkpointed",
 }
 
 
@@ -168,6 +172,40 @@ def parse_spec(body: bytes) -> JobSpec:
     """Decode and validate a JSON job spec, raising SpecError with the field at fault."""
     try:
         return _spec_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _spec_error(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise SpecError(None, f"malformed JSON: {exc}") from None
+
+
+# ---- controls of a running job (POST /v1/jobs/{id}/...) ------------------------------
+
+
+class LimitsRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The whole setting: a share of 100 is full speed, 0 pauses; no cap is null."""
+
+    share: Annotated[int, Meta(ge=0, le=100)] = 100
+    memory_cap_mib: Annotated[int, Meta(ge=0)] | None = None
+
+
+class SuspendRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    free_memory: bool = False
+
+
+class MigrateRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    node: Annotated[str, Meta(min_length=1, max_length=253)]
+
+
+T = TypeVar("T")
+
+
+def parse_body(body: bytes, kind: type[T], empty_ok: bool = True) -> T:
+    """Decode a JSON request body into `kind`, raising SpecError with the field at fault.
+    An empty body means every field's default, where `empty_ok`."""
+    if not body.strip() and empty_ok:
+        body = b"{}"
+    try:
+        return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         raise _spec_error(str(exc)) from None
     except msgspec.DecodeError as exc:

@@ -66,6 +66,7 @@ class JobReport(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     exit_code: int | None = None
     signal: int | None = None
     reason: str | None = None  # set when the job could not run at all
+    checkpoint: str | None = None  # as in JobExited
 
 
 # ---- agent -> schedd ---------------------------------------------------------
@@ -91,6 +92,8 @@ class JobExited(Msg, tag="job_exited"):
     attempt: int
     exit_code: int | None = None
     signal: int | None = None
+    # Set when it exited with the shim's EXIT_CHECKPOINTED and its checkpoint is on disk.
+    checkpoint: str | None = None
 
 
 class JobFailed(Msg, tag="job_failed"):
@@ -99,6 +102,39 @@ class JobFailed(Msg, tag="job_failed"):
     job_id: str
     attempt: int
     reason: str
+
+
+class JobProgress(Msg, tag="job_progress"):
+    """What the job's shim reported over the last interval (at most one a second a job)."""
+
+    job_id: str
+    attempt: int
+    step: int  # steps completed, counting those before a checkpoint it resumed from
+    steps_per_s: float  # over the interval, throttle sleeps and suspensions included
+    step_wall_s: float | None = None  # mean time of one step's body in the interval
+    gpu_s: float | None = None  # mean GPU time of a step (CUDA events), when it uses CUDA
+    mem_reserved_mib: int | None = None
+    mem_peak_mib: int | None = None
+
+
+ControlEvent = Literal[
+    "limits", "cap_applied", "suspended", "resumed", "checkpointed", "checkpoint_failed"
+]
+
+
+class JobControlled(Msg, tag="job_controlled"):
+    """The job acted on a control, or could not: recorded in the job's history.
+
+    `event`: limits (the agent passed a share or cap on), cap_applied, suspended, resumed,
+    checkpointed (then the job exits and `path` names the checkpoint), checkpoint_failed.
+    """
+
+    job_id: str
+    attempt: int
+    event: ControlEvent
+    step: int | None = None
+    detail: str = ""
+    path: str | None = None
 
 
 class GpuState(Msg, tag="gpu_state"):
@@ -139,6 +175,8 @@ class Launch(Msg, tag="launch"):
     memory_mib: int = 1024
     inputs: list[str] = []
     image: str | None = None
+    kind: Literal["guaranteed", "opportunistic"] = "guaranteed"
+    resume_from: str | None = None  # a checkpoint the job's shim resumes from
 
 
 class Kill(Msg, tag="kill"):
@@ -146,6 +184,33 @@ class Kill(Msg, tag="kill"):
     attempt: int
     grace_s: float = 10.0
     reason: str = ""
+
+
+class SetLimits(Msg, tag="set_limits"):
+    """The whole setting: no cap is None, full speed is a share of 100, 0 pauses."""
+
+    job_id: str
+    attempt: int
+    share: int = 100
+    memory_cap_mib: int | None = None
+
+
+class Suspend(Msg, tag="suspend"):
+    job_id: str
+    attempt: int
+    free_memory: bool = False  # give back cached GPU memory while suspended
+
+
+class Resume(Msg, tag="resume"):
+    job_id: str
+    attempt: int
+
+
+class Checkpoint(Msg, tag="checkpoint"):
+    """Save and exit at the next step boundary; the job then ends `checkpointed`."""
+
+    job_id: str
+    attempt: int
 
 
 class ExitAck(Msg, tag="exit_ack"):
@@ -167,11 +232,29 @@ class LogCancel(Msg, tag="log_cancel"):
     request_id: str
 
 
-# Later mechanisms (shares, suspend, checkpoint, migration, resize, staging) are
-# actions of the policy core first; their wire messages join this union with them.
-
-AgentMessage = Hello | JobStarted | JobExited | JobFailed | GpuState | GpuFault | LogChunk
-SchedMessage = Welcome | Launch | Kill | ExitAck | LogRequest | LogCancel
+AgentMessage = (
+    Hello
+    | JobStarted
+    | JobExited
+    | JobFailed
+    | JobProgress
+    | JobControlled
+    | GpuState
+    | GpuFault
+    | LogChunk
+)
+SchedMessage = (
+    Welcome
+    | Launch
+    | Kill
+    | SetLimits
+    | Suspend
+    | Resume
+    | Checkpoint
+    | ExitAck
+    | LogRequest
+    | LogCancel
+)
 
 _encoder = msgspec.json.Encoder()
 _agent_decoder: msgspec.json.Decoder[AgentMessage] = msgspec.json.Decoder(AgentMessage)

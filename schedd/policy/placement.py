@@ -36,6 +36,8 @@ class NoFit:
 
 def node_can_ever_fit(node: Node, request: Request) -> str | None:
     """None if an empty `node` could run the job, else why it never could."""
+    if request.node_id is not None and node.node_id != request.node_id:
+        return f"is not node {request.node_id}, where the job is to run"
     if len(node.gpus) < request.gpus:
         return f"has {len(node.gpus)} GPUs"
     if request.gpu_memory_mib is not None and request.gpus > 0:
@@ -56,6 +58,8 @@ def needs_spreading(job: PendingJob, view: View) -> bool:
 def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
     """The GPUs this job would use on the node, or why it does not fit there now."""
     request = job.request
+    if request.node_id is not None and node_id != request.node_id:
+        return f"not node {request.node_id}, where the job is to run"
     cap = view.capacity[node_id]
     gpus = view.usable_gpus(node_id, job)
     if request.gpu_memory_mib is not None:

@@ -41,6 +41,9 @@ class Request:
     cpus: float
     memory_mib: int
     gpu_memory_mib: int | None = None
+    # The one node it may use (a migration's target); part of the request so that what
+    # a plan learns about one request (it does not fit) is never applied to another.
+    node_id: str | None = None
 
     def resources(self) -> Resources:
         return Resources(self.gpus, self.cpus, self.memory_mib)

@@ -31,10 +31,11 @@ log = logging.get("store")
 JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
-    " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s"
+    " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
+    " checkpoint_path, pin_node_id, migrate_to, progress, controls"
 )
 # Entering these ends an attempt's run: its GPU time is added up and the run recorded.
-_RUN_ENDS = frozenset({JobState.PENDING, *TERMINAL})
+_RUN_ENDS = frozenset({JobState.PENDING, JobState.CHECKPOINTED, *TERMINAL})
 
 
 class IdempotencyConflict(Exception):
@@ -140,7 +141,7 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
-        " estimated_runtime_s, attained_gpu_s"
+        " estimated_runtime_s, attained_gpu_s, pin_node_id"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -272,6 +273,9 @@ _SETTABLE = {
     "reason",
     "started_at",
     "finished_at",
+    "checkpoint_path",
+    "pin_node_id",
+    "migrate_to",
 }
 
 
@@ -303,7 +307,13 @@ async def transition(
     if to is JobState.ASSIGNED:
         if node_id is None:
             raise ValueError("a placement needs its node_id")
-        assignments += ["attempt = j.attempt + 1", "node_id = $6"]
+        # A new attempt: a migration's pin is used up, the last attempt's controls gone.
+        assignments += [
+            "attempt = j.attempt + 1",
+            "node_id = $6",
+            "pin_node_id = NULL",
+            "controls = NULL",
+        ]
     if to is JobState.PENDING:
         sets = {**sets, "node_id": None, "gpu_uuids": [], "started_at": None}
     if to is JobState.RUNNING:
@@ -375,6 +385,47 @@ async def transition(
     return Moved(False, current, row["attempt"], detail)
 
 
+async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **sets: Any) -> bool:
+    """Add an event to the job's history that does not change its state (a control it
+    acted on, say), and set columns with it; False if the job is at another attempt."""
+    unknown = set(sets) - _NOTE_SETTABLE
+    if unknown:
+        raise ValueError(f"note cannot set {sorted(unknown)}")
+    assignments = ["updated_at = updated_at"]
+    params: list[Any] = [job_id, attempt, reason]
+    for column, value in sets.items():
+        params.append(value)
+        assignments.append(f"{column} = ${len(params)}")
+    row = await pool.fetchrow(
+        f"""
+        WITH hit AS (
+            UPDATE jobs SET {", ".join(assignments)} WHERE id = $1 AND attempt = $2
+            RETURNING id, state, attempt, node_id
+        )
+        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        """,
+        *params,
+    )
+    return row is not None
+
+
+# What a note may set: the job's controls and where its checkpoint is.
+_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to"}
+
+
+async def record_progress(
+    pool: asyncpg.Pool, job_id: str, attempt: int, progress: dict[str, Any]
+) -> None:
+    """The job's latest progress; not history (it would be one event a second)."""
+    await pool.execute(
+        "UPDATE jobs SET progress = $3 WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        job_id,
+        attempt,
+        progress,
+    )
+
+
 def spec_of(row: asyncpg.Record) -> JobSpec:
     return msgspec.convert(row["spec"], JobSpec)
 
@@ -403,7 +454,14 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
         "attained_gpu_s": round(row["attained_gpu_s"], 3),
+        "progress": row["progress"],
+        "controls": row["controls"],
+        "checkpoint": row["checkpoint_path"],
     }
+    if row["pin_node_id"] is not None:
+        out["pinned_to"] = row["pin_node_id"]
+    if row["migrate_to"] is not None:
+        out["migrating_to"] = row["migrate_to"]
     return out
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,8 @@ class Cluster:
     schedd: subprocess.Popen[bytes] | None = None
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     extra_schedd_config: str = ""
+    # Shim sockets need a short path (107 bytes at most): not under pytest's tmp_path.
+    socket_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gs-")))
 
     @property
     def url(self) -> str:
@@ -97,6 +101,7 @@ class Cluster:
             f'schedd_url = "{self.url}"\njoin_token = "{JOIN_TOKEN}"\nnode_id = "{node_id}"\n'
             f'state_dir = "{self.root / node_id}"\ngpu_backend = "simulated"\n'
             f"reconnect_max_s = 1\ncpus = 16\nmemory_mib = 65536\n"
+            f'shim_socket_dir = "{self.socket_root / node_id}"\n'
             f"[simulated]\ncount = {gpus}\n"
         )
         log = open(self.root / f"{node_id}.log", "ab")  # noqa: SIM115 - the process owns it
@@ -131,6 +136,7 @@ class Cluster:
         for pid_file in self.root.glob("*/jobs/*/pid.json"):
             with contextlib.suppress(ProcessLookupError, ValueError, KeyError):
                 os.killpg(json.loads(pid_file.read_text())["pgid"], signal.SIGKILL)
+        shutil.rmtree(self.socket_root, ignore_errors=True)
 
     def log(self, name: str) -> str:
         path = self.root / f"{name}.log"

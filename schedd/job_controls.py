@@ -1,0 +1,159 @@
+"""Controls of running jobs through their shims: share and memory cap, suspend and
+resume, checkpoint, migration; and what the agents report back about them.
+
+Each control asked for is recorded in the job's history with who asked; what the job
+did about it (suspended at step N, checkpoint saved) follows as the agent reports it.
+A job that saved a checkpoint on request and exited ends `checkpointed`; resuming it
+requeues it with the checkpoint, which its next launch hands to the shim. A migration
+is a checkpoint whose job is requeued at once, pinned to the node it moves to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from schedd.store import jobs
+from shared import logging
+from shared.model import JobState
+from shared.protocol import (
+    Checkpoint,
+    JobControlled,
+    JobExited,
+    JobProgress,
+    Resume,
+    SetLimits,
+    Suspend,
+)
+
+if TYPE_CHECKING:
+    from schedd.hub import Hub
+
+log = logging.get("job_controls")
+
+
+class ControlRefused(Exception):
+    """The control cannot apply to the job as it is; the message says why."""
+
+
+async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
+    if row["state"] != JobState.RUNNING:
+        raise ControlRefused(f"cannot {what} job {row['id']}: it is {row['state']}, not running")
+
+
+async def _send(
+    hub: Hub, row: asyncpg.Record, msg: SetLimits | Suspend | Resume | Checkpoint
+) -> None:
+    if not await hub.send(row["node_id"], msg):
+        raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
+
+
+def _controls(row: asyncpg.Record) -> dict[str, Any]:
+    return dict(row["controls"] or {"share": 100, "memory_cap_mib": None, "suspended": False})
+
+
+async def set_limits(
+    pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, share: int, cap: int | None
+) -> None:
+    await _running(pool, row, "set limits of")
+    await _send(
+        hub,
+        row,
+        SetLimits(job_id=row["id"], attempt=row["attempt"], share=share, memory_cap_mib=cap),
+    )
+    controls = {**_controls(row), "share": share, "memory_cap_mib": cap}
+    words = "no memory cap" if cap is None else f"memory cap {cap} MiB"
+    await jobs.note(
+        pool, row["id"], row["attempt"], f"share {share}, {words}, asked by {by}", controls=controls
+    )
+
+
+async def suspend(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, free: bool) -> None:
+    await _running(pool, row, "suspend")
+    await _send(hub, row, Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free))
+    controls = {**_controls(row), "suspended": True}
+    await jobs.note(pool, row["id"], row["attempt"], f"suspend asked by {by}", controls=controls)
+
+
+async def resume(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str) -> bool:
+    """A suspended job goes on; a checkpointed one is requeued. True if it was requeued."""
+    if row["state"] == JobState.CHECKPOINTED:
+        why = f"requeued by {by} to resume from {row['checkpoint_path']}"
+        moved = await jobs.transition(
+            pool, row["id"], JobState.PENDING, why, only_from=(JobState.CHECKPOINTED,)
+        )
+        if not moved.ok:
+            raise ControlRefused(f"cannot resume job {row['id']}: {moved.detail}")
+        return True
+    await _running(pool, row, "resume")
+    await _send(hub, row, Resume(job_id=row["id"], attempt=row["attempt"]))
+    controls = {**_controls(row), "suspended": False}
+    await jobs.note(pool, row["id"], row["attempt"], f"resume asked by {by}", controls=controls)
+    return False
+
+
+async def checkpoint(
+    pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, migrate_to: str | None = None
+) -> None:
+    """Ask the job to save and exit; with `migrate_to`, it then resumes on that node."""
+    await _running(pool, row, "checkpoint")
+    if migrate_to is not None and migrate_to == row["node_id"]:
+        raise ControlRefused(f"job {row['id']} already runs on node {migrate_to}")
+    await _send(hub, row, Checkpoint(job_id=row["id"], attempt=row["attempt"]))
+    what = f"migration to node {migrate_to}" if migrate_to else "checkpoint"
+    await jobs.note(pool, row["id"], row["attempt"], f"{what} asked by {by}", migrate_to=migrate_to)
+
+
+# ---- from the agents --------------------------------------------------------------
+
+
+async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
+    progress = {
+        "step": event.step,
+        "steps_per_s": event.steps_per_s,
+        "step_wall_s": event.step_wall_s,
+        "gpu_s": event.gpu_s,
+        "mem_reserved_mib": event.mem_reserved_mib,
+        "mem_peak_mib": event.mem_peak_mib,
+    }
+    await jobs.record_progress(pool, event.job_id, event.attempt, progress)
+
+
+async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> None:
+    reason = f"{event.event}: {event.detail}" if event.detail else event.event
+    sets: dict[str, Any] = {}
+    if event.event == "checkpointed" and event.path is not None:
+        sets["checkpoint_path"] = event.path
+    if not await jobs.note(pool, event.job_id, event.attempt, reason, **sets):
+        log.info("control event for another attempt", job_id=event.job_id, node_id=node_id)
+
+
+async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: JobExited) -> None:
+    """The job saved `event.checkpoint` and exited: checkpointed, or requeued to migrate."""
+    assert event.checkpoint is not None
+    target = row["migrate_to"]
+    if target is not None:
+        why = f"migrating to node {target}: resumes from {event.checkpoint}"
+        await jobs.transition(
+            pool,
+            row["id"],
+            JobState.PENDING,
+            why,
+            attempt=event.attempt,
+            only_from=(JobState.RUNNING,),
+            checkpoint_path=event.checkpoint,
+            pin_node_id=target,
+            migrate_to=None,
+            exit_code=event.exit_code,
+        )
+        return
+    await jobs.transition(
+        pool,
+        row["id"],
+        JobState.CHECKPOINTED,
+        f"checkpoint saved at {event.checkpoint}",
+        attempt=event.attempt,
+        checkpoint_path=event.checkpoint,
+        exit_code=event.exit_code,
+    )
