@@ -17,6 +17,7 @@ from agentd import logs
 from agentd.gpu import GpuBackend, changed
 from agentd.job_controls import JobControls
 from agentd.runner import Runner, end_message
+from agentd.stager import StageError, Stager
 from shared import logging, protocol
 from shared.config import AgentConfig
 from shared.protocol import (
@@ -31,6 +32,7 @@ from shared.protocol import (
     LogCancel,
     LogRequest,
     Msg,
+    Prefetch,
     Resume,
     SetLimits,
     Suspend,
@@ -182,6 +184,11 @@ class Link:
                 runner.ack(command.job_id, command.attempt)
             case SetLimits() | Suspend() | Resume() | Checkpoint():
                 self._control(command)
+            case Prefetch():
+                if runner.stager is not None:
+                    self.supervisor.spawn(
+                        prefetch(runner.stager, command), name=f"prefetch:{command.job_id}"
+                    )
             case LogRequest():
                 rid = command.request_id
                 task = self.supervisor.spawn(
@@ -243,3 +250,19 @@ class Link:
                 self.post(GpuState(samples=samples))
                 self._last_samples = {s.uuid: s for s in samples}
             await asyncio.sleep(self.config.gpu_sample_interval_s)
+
+
+PREFETCH = "prefetch:"  # the stager's key for a prefetch, apart from the job's own launch
+
+
+async def prefetch(stager: Stager, command: Prefetch) -> None:
+    """Copy the inputs now and leave them in the cache, unpinned: the launch, if it comes
+    here, pins them again (and waits for this copy if it is still going); if the job is
+    placed elsewhere, the copies are just the least recently used, free to evict."""
+    key = PREFETCH + command.job_id
+    try:
+        await stager.stage(key, command.inputs)
+    except StageError:
+        pass  # the progress reports carry the reason to schedd
+    finally:
+        stager.release(key)

@@ -11,12 +11,13 @@ import uvloop
 
 from agentd import gpu, gpu_events
 from agentd.job_controls import JobControls
-from agentd.link import Link
+from agentd.link import PREFETCH, Link
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
+from agentd.stager import StageProgress, Stager
 from shared import daemon, logging, systemd
 from shared.config import AgentConfig
-from shared.protocol import Inventory
+from shared.protocol import InputsStaged, Inventory
 from shared.tasks import Supervisor
 
 log = logging.get("agentd")
@@ -63,11 +64,32 @@ async def async_main(config: AgentConfig) -> None:
     inventory = build_inventory(config, backend)
     link = Link(config, inventory, backend, supervisor)
     shims = ShimServer(socket_dir)
+
+    def staged(report: StageProgress) -> None:
+        link.post(
+            InputsStaged(
+                job_id=report.job_key.removeprefix(PREFETCH),
+                input=report.input,
+                bytes_done=report.bytes_done,
+                bytes_total=report.bytes_total,
+                done=report.done,
+                error=report.error,
+            )
+        )
+
+    stager = Stager(
+        config.resolved_stage_cache_dir(),
+        config.stage_cache_max_mib * 1024 * 1024,
+        on_progress=staged,
+        http_timeout_s=config.stage_http_timeout_s,
+    )
+    await stager.start()
     runner = Runner(
         Path(config.state_dir),
         post=link.post,
         shims=shims,
         checkpoint_root=config.resolved_checkpoint_root(),
+        stager=stager,
     )
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
     shims.on_event = controls.on_shim_event
@@ -76,6 +98,9 @@ async def async_main(config: AgentConfig) -> None:
     link.controls = controls
     runner.recover()
     await runner.reopen_shims()
+    running = {job_id for (job_id, _), job in runner.jobs.items() if job.ended is None}
+    for job_id in stager.pinned_jobs() - running:
+        stager.release(job_id)  # ended while the agent was away
     loop = asyncio.get_running_loop()
     xids = gpu_events.for_backend(backend, gpu_events.on_loop(loop, link.post))
     await asyncio.to_thread(xids.start)
@@ -101,6 +126,7 @@ async def async_main(config: AgentConfig) -> None:
     await supervisor.close()
     runner.close()
     await shims.close()
+    await stager.close()
     log.info("agentd stopped", jobs_left_running=sum(j.ended is None for j in runner.jobs.values()))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
+from agentd.stager import StageError, Stager
 from shared import logging, shim
 from shared.protocol import JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
 
@@ -75,12 +76,15 @@ class Runner:
         shims: ShimServer | None = None,
         checkpoint_root: Path | None = None,
         on_end: Callable[[str, int], None] | None = None,
+        stager: Stager | None = None,
     ) -> None:
         """`post` queues a message for schedd, in order; it may drop it while offline.
 
         With `shims`, each job gets a shim socket and a checkpoint directory,
         `checkpoint_root/<job id>` (the same for every attempt, so a requeued job finds
         its checkpoints). `on_end(job_id, attempt)` is called when a job has ended.
+        With `stager`, a job's inputs are copied to the node first; the job finds their
+        local paths, in order, in GPUSCHED_INPUTS (separated by os.pathsep).
         """
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -88,10 +92,12 @@ class Runner:
         self.shims = shims
         self.checkpoint_root = checkpoint_root or state_dir / "checkpoints"
         self.on_end = on_end
+        self.stager = stager
         self._closing: set[asyncio.Task[None]] = set()
         self.jobs: dict[Key, Job] = {}
         # Kills that arrived before their launch (a cancel racing a placement).
         self._killed_early: set[Key] = set()
+        self._starting: set[Key] = set()  # launches still copying their inputs
 
     def job_dir(self, job_id: str, attempt: int) -> Path:
         return self.jobs_dir / f"{job_id}.{attempt}"
@@ -121,9 +127,31 @@ class Runner:
             reason = "image: running jobs in container images is not supported by this agent yet"
             self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
             return
+        env = base_env(launch)
+        if launch.inputs and self.stager is not None:
+            if key in self._starting:
+                return  # a repeated launch while the first copies the inputs
+            self._starting.add(key)
+            try:
+                paths = await self.stager.stage(launch.job_id, launch.inputs)
+            except StageError as exc:
+                self.stager.release(launch.job_id)
+                reason = f"staging inputs failed: {exc}"
+                log.warning("job inputs not staged", job_id=launch.job_id, reason=str(exc))
+                self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
+                return
+            finally:
+                self._starting.discard(key)
+            if key in self._killed_early:  # cancelled while its inputs were copied
+                self._killed_early.discard(key)
+                self.stager.release(launch.job_id)
+                self.post(
+                    JobExited(job_id=launch.job_id, attempt=launch.attempt, signal=signal.SIGKILL)
+                )
+                return
+            env["GPUSCHED_INPUTS"] = os.pathsep.join(str(p) for p in paths)
         job_dir = self.job_dir(launch.job_id, launch.attempt)
         job_dir.mkdir(parents=True, exist_ok=False)
-        env = base_env(launch)
         if self.shims is not None:
             env.update(await self._shim_env(launch))
         write_atomic(
@@ -213,6 +241,8 @@ class Runner:
             task.add_done_callback(self._closing.discard)
         if self.on_end is not None:
             self.on_end(job.job_id, job.attempt)
+        if self.stager is not None:
+            self.stager.release(job.job_id)
         log.info(
             "job ended",
             job_id=job.job_id,

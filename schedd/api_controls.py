@@ -5,6 +5,7 @@
     POST /v1/jobs/{id}/resume      a suspended job goes on; a checkpointed one is requeued
     POST /v1/jobs/{id}/checkpoint  save and exit: the job ends `checkpointed`
     POST /v1/jobs/{id}/migrate     {"node": "NODE"}: checkpoint, then resume on NODE
+    POST /v1/jobs/{id}/prefetch    {"node": "NODE"}: copy the job's inputs to NODE now
 
 Each answers 202 with the job: the agent applies the control at the job's next step
 boundary, and the job's events say when it did.
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from schedd import job_controls
 from schedd.problems import invalid
-from shared.model import LimitsRequest, MigrateRequest, SpecError, SuspendRequest, T, parse_body
+from shared.model import LimitsRequest, NodeRequest, SpecError, SuspendRequest, T, parse_body
 
 if TYPE_CHECKING:
     from schedd.api import Api
@@ -53,12 +54,22 @@ async def _checkpoint(api: Api, request: web.Request, row: asyncpg.Record, user:
     await job_controls.checkpoint(api.pool, api.hub, row, user)
 
 
-async def _migrate(api: Api, request: web.Request, row: asyncpg.Record, user: str) -> None:
-    body = await _body(request, MigrateRequest)
+async def _connected_node(api: Api, request: web.Request) -> str:
+    body = await _body(request, NodeRequest)
     if body.node not in api.hub.links:
         known = sorted(api.hub.links)
         raise invalid("node", f"node {body.node!r} is not connected; connected: {known}")
-    await job_controls.checkpoint(api.pool, api.hub, row, user, migrate_to=body.node)
+    return body.node
+
+
+async def _migrate(api: Api, request: web.Request, row: asyncpg.Record, user: str) -> None:
+    node = await _connected_node(api, request)
+    await job_controls.checkpoint(api.pool, api.hub, row, user, migrate_to=node)
+
+
+async def _prefetch(api: Api, request: web.Request, row: asyncpg.Record, user: str) -> None:
+    node = await _connected_node(api, request)
+    await job_controls.prefetch(api.pool, api.hub, row, user, node)
 
 
 # The controls by the last part of their path.
@@ -68,4 +79,5 @@ ACTIONS: dict[str, Act] = {
     "resume": _resume,
     "checkpoint": _checkpoint,
     "migrate": _migrate,
+    "prefetch": _prefetch,
 }

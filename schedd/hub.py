@@ -26,6 +26,7 @@ from shared.protocol import (
     GpuFault,
     GpuState,
     Hello,
+    InputsStaged,
     JobControlled,
     JobExited,
     JobFailed,
@@ -225,6 +226,8 @@ class Hub:
                 await job_controls.on_progress(self.pool, event)
             case JobControlled():
                 await job_controls.on_controlled(self.pool, link.node_id, event)
+            case InputsStaged():
+                await job_controls.on_inputs_staged(self.pool, link.node_id, event)
             case GpuState():
                 for sample in event.samples:
                     link.samples[sample.uuid] = sample

@@ -16,12 +16,14 @@ import asyncpg
 
 from schedd.store import jobs
 from shared import logging
-from shared.model import JobState
+from shared.model import TERMINAL, JobState
 from shared.protocol import (
     Checkpoint,
+    InputsStaged,
     JobControlled,
     JobExited,
     JobProgress,
+    Prefetch,
     Resume,
     SetLimits,
     Suspend,
@@ -105,7 +107,42 @@ async def checkpoint(
     await jobs.note(pool, row["id"], row["attempt"], f"{what} asked by {by}", migrate_to=migrate_to)
 
 
+async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, node: str) -> None:
+    """Copy the job's inputs into `node`'s cache ahead of a launch there."""
+    if JobState(row["state"]) in TERMINAL:
+        raise ControlRefused(f"job {row['id']} is {row['state']}: nothing to prefetch for")
+    inputs = jobs.spec_of(row).inputs
+    if not inputs:
+        raise ControlRefused(f"job {row['id']} has no inputs to prefetch")
+    if not await hub.send(node, Prefetch(job_id=row["id"], inputs=inputs)):
+        raise ControlRefused(f"node {node} is not connected")
+    await jobs.note(
+        pool, row["id"], row["attempt"], f"prefetch of its inputs to node {node} asked by {by}"
+    )
+
+
 # ---- from the agents --------------------------------------------------------------
+
+
+async def on_inputs_staged(pool: asyncpg.Pool, node_id: str, event: InputsStaged) -> None:
+    """An input copied (or not) on a node goes into the job's history; progress is logged."""
+    if not event.done:
+        log.debug(
+            "input staging",
+            job_id=event.job_id,
+            node_id=node_id,
+            input=event.input,
+            bytes_done=event.bytes_done,
+        )
+        return
+    row = await jobs.get(pool, event.job_id)
+    if row is None:
+        return
+    if event.error is None:
+        reason = f"input {event.input} staged on node {node_id} ({event.bytes_done} bytes)"
+    else:
+        reason = f"input {event.input} not staged on node {node_id}: {event.error}"
+    await jobs.note(pool, event.job_id, row["attempt"], reason)
 
 
 async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:

@@ -125,10 +125,17 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     checkpoint_root: str = ""
     # A job's step rate is sent to schedd at most this often.
     progress_interval_s: Seconds = 1.0
+    # The node's cache of job inputs ("" = <state_dir>/stage), its size and download limit.
+    stage_cache_dir: str = ""
+    stage_cache_max_mib: Annotated[int, Meta(ge=1)] = 102400
+    stage_http_timeout_s: Seconds = 3600.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def resolved_shim_socket_dir(self) -> Path:
         return Path(self.shim_socket_dir or Path(self.state_dir) / "shim")
+
+    def resolved_stage_cache_dir(self) -> Path:
+        return Path(self.stage_cache_dir or Path(self.state_dir) / "stage")
 
     def resolved_checkpoint_root(self) -> Path:
         return Path(self.checkpoint_root or Path(self.state_dir) / "checkpoints")

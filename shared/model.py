@@ -192,7 +192,7 @@ class SuspendRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     free_memory: bool = False
 
 
-class MigrateRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class NodeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     node: Annotated[str, Meta(min_length=1, max_length=253)]
 
 

@@ -137,6 +137,18 @@ class JobControlled(Msg, tag="job_controlled"):
     path: str | None = None
 
 
+class InputsStaged(Msg, tag="inputs_staged"):
+    """Progress of copying one input of a job into the node's cache (a prefetch or a
+    launch); the last report of an input has `done`, and `error` when it failed."""
+
+    job_id: str
+    input: str
+    bytes_done: int
+    bytes_total: int | None = None
+    done: bool = False
+    error: str | None = None
+
+
 class GpuState(Msg, tag="gpu_state"):
     samples: list[GpuSample]
 
@@ -213,6 +225,13 @@ class Checkpoint(Msg, tag="checkpoint"):
     attempt: int
 
 
+class Prefetch(Msg, tag="prefetch"):
+    """Copy a job's inputs into this node's cache now, ahead of its launch here."""
+
+    job_id: str
+    inputs: list[str]
+
+
 class ExitAck(Msg, tag="exit_ack"):
     """schedd has committed the job's end; the agent may forget it."""
 
@@ -239,6 +258,7 @@ AgentMessage = (
     | JobFailed
     | JobProgress
     | JobControlled
+    | InputsStaged
     | GpuState
     | GpuFault
     | LogChunk
@@ -251,6 +271,7 @@ SchedMessage = (
     | Suspend
     | Resume
     | Checkpoint
+    | Prefetch
     | ExitAck
     | LogRequest
     | LogCancel
