@@ -6,6 +6,7 @@
     POST /v1/jobs/{id}/checkpoint  save and exit: the job ends `checkpointed`
     POST /v1/jobs/{id}/migrate     {"node": "NODE"}: checkpoint, then resume on NODE
     POST /v1/jobs/{id}/prefetch    {"node": "NODE"}: copy the job's inputs to NODE now
+    POST /v1/jobs/{id}/resize      {"gpus": N}: checkpoint, then restart with N GPUs
 
 Each answers 202 with the job: the agent applies the control at the job's next step
 boundary, and the job's events say when it did.
@@ -21,7 +22,15 @@ from aiohttp import web
 
 from schedd import job_controls
 from schedd.problems import invalid
-from shared.model import LimitsRequest, NodeRequest, SpecError, SuspendRequest, T, parse_body
+from shared.model import (
+    LimitsRequest,
+    NodeRequest,
+    ResizeRequest,
+    SpecError,
+    SuspendRequest,
+    T,
+    parse_body,
+)
 
 if TYPE_CHECKING:
     from schedd.api import Api
@@ -67,6 +76,11 @@ async def _migrate(api: Api, request: web.Request, row: asyncpg.Record, user: st
     await job_controls.checkpoint(api.pool, api.hub, row, user, migrate_to=node)
 
 
+async def _resize(api: Api, request: web.Request, row: asyncpg.Record, user: str) -> None:
+    body = await _body(request, ResizeRequest)
+    await job_controls.resize(api.pool, api.hub, row, user, body.gpus)
+
+
 async def _prefetch(api: Api, request: web.Request, row: asyncpg.Record, user: str) -> None:
     node = await _connected_node(api, request)
     await job_controls.prefetch(api.pool, api.hub, row, user, node)
@@ -80,4 +94,5 @@ ACTIONS: dict[str, Act] = {
     "checkpoint": _checkpoint,
     "migrate": _migrate,
     "prefetch": _prefetch,
+    "resize": _resize,
 }

@@ -5,7 +5,8 @@ Each control asked for is recorded in the job's history with who asked; what the
 did about it (suspended at step N, checkpoint saved) follows as the agent reports it.
 A job that saved a checkpoint on request and exited ends `checkpointed`; resuming it
 requeues it with the checkpoint, which its next launch hands to the shim. A migration
-is a checkpoint whose job is requeued at once, pinned to the node it moves to.
+is a checkpoint whose job is requeued at once, pinned to the node it moves to; a resize
+(of an elastic job) one whose job is requeued at once with another GPU count.
 """
 
 from __future__ import annotations
@@ -121,6 +122,26 @@ async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, n
     )
 
 
+async def resize(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, gpus: int) -> None:
+    """Restart the job with `gpus` GPUs from its checkpoint: a running job saves one first;
+    a checkpointed job is requeued with the new count at once."""
+    if row["gpus"] == gpus:
+        raise ControlRefused(f"job {row['id']} already has {gpus} GPUs")
+    if row["state"] == JobState.CHECKPOINTED:
+        why = f"resized to {gpus} GPUs by {by}: resumes from {row['checkpoint_path']}"
+        moved = await jobs.transition(
+            pool, row["id"], JobState.PENDING, why, only_from=(JobState.CHECKPOINTED,), gpus=gpus
+        )
+        if not moved.ok:
+            raise ControlRefused(f"cannot resize job {row['id']}: {moved.detail}")
+        return
+    await _running(pool, row, "resize")
+    await _send(hub, row, Checkpoint(job_id=row["id"], attempt=row["attempt"]))
+    await jobs.note(
+        pool, row["id"], row["attempt"], f"resize to {gpus} GPUs asked by {by}", resize_to=gpus
+    )
+
+
 # ---- from the agents --------------------------------------------------------------
 
 
@@ -169,9 +190,11 @@ async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) 
 async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: JobExited) -> None:
     """The job saved `event.checkpoint` and exited: checkpointed, or requeued to migrate."""
     assert event.checkpoint is not None
-    target = row["migrate_to"]
-    if target is not None:
-        why = f"migrating to node {target}: resumes from {event.checkpoint}"
+    target, gpus = row["migrate_to"], row["resize_to"]
+    if target is not None or gpus is not None:
+        moves = [f"to node {target}"] if target is not None else []
+        moves += [f"to {gpus} GPUs"] if gpus is not None else []
+        why = f"moving {' and '.join(moves)}: resumes from {event.checkpoint}"
         await jobs.transition(
             pool,
             row["id"],
@@ -182,6 +205,8 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
             checkpoint_path=event.checkpoint,
             pin_node_id=target,
             migrate_to=None,
+            resize_to=None,
+            gpus=gpus if gpus is not None else row["gpus"],
             exit_code=event.exit_code,
         )
         return

@@ -192,6 +192,10 @@ class SuspendRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     free_memory: bool = False
 
 
+class ResizeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    gpus: Annotated[int, Meta(ge=1, le=4096)]
+
+
 class NodeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     node: Annotated[str, Meta(min_length=1, max_length=253)]
 

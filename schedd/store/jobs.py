@@ -32,7 +32,7 @@ JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
-    " checkpoint_path, pin_node_id, migrate_to, progress, controls"
+    " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to"
 )
 # Entering these ends an attempt's run: its GPU time is added up and the run recorded.
 _RUN_ENDS = frozenset({JobState.PENDING, JobState.CHECKPOINTED, *TERMINAL})
@@ -276,6 +276,8 @@ _SETTABLE = {
     "checkpoint_path",
     "pin_node_id",
     "migrate_to",
+    "resize_to",
+    "gpus",
 }
 
 
@@ -411,7 +413,7 @@ async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **set
 
 
 # What a note may set: the job's controls and where its checkpoint is.
-_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to"}
+_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to", "resize_to"}
 
 
 async def record_progress(
@@ -462,6 +464,9 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         out["pinned_to"] = row["pin_node_id"]
     if row["migrate_to"] is not None:
         out["migrating_to"] = row["migrate_to"]
+    if row["resize_to"] is not None:
+        out["resizing_to"] = row["resize_to"]
+    out["gpus"] = row["gpus"]  # the spec's, or what a resize made it
     return out
 
 

@@ -135,3 +135,34 @@ async def test_prefetch_sends_the_inputs_and_records_their_staging(
     assert await staged()
     assert (await jobs.get(pool, row["id"]))["progress"] is None  # not running: ignored
     await agent.close()
+
+
+async def test_resize_restarts_the_job_from_its_checkpoint_with_the_new_count(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    row, _ = await jobs.submit(pool, "alice", JobSpec(name="t", command=["train"]), None)
+    job_id = row["id"]
+    agent = await FakeAgent(schedd.server, gpus=2).connect()
+    launch = await agent.expect(p.Launch)
+    assert len(launch.gpu_uuids) == 1
+    await agent.start(launch)
+    await state_becomes(pool, job_id, "running")
+    alice = await tokens.create(pool, "alice", "user")
+    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/resize", {"gpus": 0})
+    assert (status, body["field"]) == (422, "gpus")
+    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/resize", {"gpus": 2})
+    assert status == 202 and body["resizing_to"] == 2
+    await agent.expect(p.Checkpoint)
+    await agent.send(
+        p.JobExited(job_id=job_id, attempt=1, exit_code=85, checkpoint="/ck/step-000000003")
+    )
+    await agent.expect(p.ExitAck)
+    again = await agent.expect(p.Launch)
+    assert (again.attempt, len(again.gpu_uuids)) == (2, 2)
+    assert again.resume_from == "/ck/step-000000003"
+    row = await jobs.get(pool, job_id)
+    assert (row["gpus"], row["resize_to"]) == (2, None)
+    reasons = [e["reason"] for e in await jobs.events(pool, job_id)]
+    assert "resize to 2 GPUs asked by alice" in reasons
+    assert "moving to 2 GPUs: resumes from /ck/step-000000003" in reasons
+    await agent.close()
