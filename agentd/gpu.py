@@ -108,6 +108,12 @@ class SimulatedBackend:
         with self._lock:
             self._notes.pop(pid, None)
 
+    def memory_of(self, pid: int) -> int:
+        """The memory last noted for `pid` on each of its GPUs (0 if none)."""
+        with self._lock:
+            note = self._notes.get(pid)
+        return note.memory_mib if note is not None else 0
+
     def sample(self) -> list[GpuSample]:
         with self._lock:
             notes = list(self._notes.items())

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentd.job_observers import job_key
 from agentd.shim_server import ShimServer
 from shared import logging
 from shared.protocol import ControlEvent, JobControlled, JobProgress, Msg
@@ -34,10 +35,6 @@ from shared.shim_protocol import (
 log = logging.get("job_controls")
 
 PgidOf = Callable[[str, int], int | None]  # (job_id, attempt) -> the job's process group
-
-
-def shim_key(job_id: str, attempt: int) -> str:
-    return f"{job_id}.{attempt}"
 
 
 def _job_of(key: str) -> tuple[str, int]:
@@ -161,15 +158,17 @@ class JobControls:
             await asyncio.sleep(self.interval_s)
             self.report_progress()
 
-    def forget(self, job_id: str, attempt: int) -> None:
-        key = shim_key(job_id, attempt)
+    def job_started(self, key: str, kind: str, gpu_uuids: list[str]) -> None:
+        pass  # progress starts with the shim's hello
+
+    def job_ended(self, key: str) -> None:
         self._progress.pop(key, None)
         self._stopped.discard(key)
 
     # ---- from schedd -------------------------------------------------------------------
 
     def set_limits(self, job_id: str, attempt: int, share: int, memory_cap_mib: int | None) -> None:
-        key = shim_key(job_id, attempt)
+        key = job_key(job_id, attempt)
         if not self._has_socket(key):
             self._refuse(job_id, attempt, "limits", "the job is not running on this node")
             return
@@ -179,7 +178,7 @@ class JobControls:
         self._event(job_id, attempt, "limits", None, f"share {share}, {cap}{held}")
 
     def suspend(self, job_id: str, attempt: int, free_memory: bool) -> None:
-        key = shim_key(job_id, attempt)
+        key = job_key(job_id, attempt)
         if self._has_socket(key) and self.shims.connected(key):
             self.shims.suspend(key, free_memory=free_memory)
         elif self._signal(job_id, attempt, signal.SIGSTOP):
@@ -189,7 +188,7 @@ class JobControls:
             self._refuse(job_id, attempt, "suspended", "the job is not running on this node")
 
     def resume(self, job_id: str, attempt: int) -> None:
-        key = shim_key(job_id, attempt)
+        key = job_key(job_id, attempt)
         if key in self._stopped:
             self._stopped.discard(key)
             if self._signal(job_id, attempt, signal.SIGCONT):
@@ -198,7 +197,7 @@ class JobControls:
             self.shims.resume(key)
 
     def checkpoint(self, job_id: str, attempt: int) -> None:
-        key = shim_key(job_id, attempt)
+        key = job_key(job_id, attempt)
         if self._has_socket(key) and self.shims.connected(key):
             self.shims.checkpoint(key)
         else:

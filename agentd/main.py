@@ -11,9 +11,11 @@ import uvloop
 
 from agentd import gpu, gpu_events
 from agentd.job_controls import JobControls
+from agentd.job_observers import JobObservers
 from agentd.link import PREFETCH, Link
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
+from agentd.simulated_usage import SimulatedUsage
 from agentd.stager import StageProgress, Stager
 from shared import daemon, logging, systemd
 from shared.config import AgentConfig
@@ -92,8 +94,13 @@ async def async_main(config: AgentConfig) -> None:
         stager=stager,
     )
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
-    shims.on_event = controls.on_shim_event
-    runner.on_end = controls.forget
+    observers = JobObservers(
+        controls,
+        *([SimulatedUsage(backend)] if isinstance(backend, gpu.SimulatedBackend) else []),
+    )
+    shims.on_event = observers.on_shim_event
+    runner.on_start = observers.job_started
+    runner.on_end = observers.job_ended
     link.runner = runner
     link.controls = controls
     runner.recover()

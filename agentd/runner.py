@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
 from agentd.stager import StageError, Stager
@@ -75,6 +76,7 @@ class Runner:
         post: Callable[[Msg], None],
         shims: ShimServer | None = None,
         checkpoint_root: Path | None = None,
+        on_start: Callable[[str, int, str, list[str]], None] | None = None,
         on_end: Callable[[str, int], None] | None = None,
         stager: Stager | None = None,
     ) -> None:
@@ -82,7 +84,9 @@ class Runner:
 
         With `shims`, each job gets a shim socket and a checkpoint directory,
         `checkpoint_root/<job id>` (the same for every attempt, so a requeued job finds
-        its checkpoints). `on_end(job_id, attempt)` is called when a job has ended.
+        its checkpoints). `on_start(job_id, attempt, kind, gpu_uuids)` is called when a
+        job has started (or was found running after a restart), `on_end(job_id, attempt)`
+        when it has ended.
         With `stager`, a job's inputs are copied to the node first; the job finds their
         local paths, in order, in GPUSCHED_INPUTS (separated by os.pathsep).
         """
@@ -91,6 +95,7 @@ class Runner:
         self.post = post
         self.shims = shims
         self.checkpoint_root = checkpoint_root or state_dir / "checkpoints"
+        self.on_start = on_start
         self.on_end = on_end
         self.stager = stager
         self._closing: set[asyncio.Task[None]] = set()
@@ -173,6 +178,8 @@ class Runner:
         if "pid" in word:
             log.info("job started", job_id=launch.job_id, attempt=launch.attempt, pid=word["pid"])
             self.post(JobStarted(job_id=launch.job_id, attempt=launch.attempt, pid=word["pid"]))
+            if self.on_start is not None:
+                self.on_start(launch.job_id, launch.attempt, launch.kind, launch.gpu_uuids)
         launcher = _read_json(job_dir / "launcher.json")
         if launcher is not None:
             self._watch(job, launcher["pid"], launcher.get("start_time"))
@@ -181,7 +188,7 @@ class Runner:
 
     async def _shim_env(self, launch: Launch) -> dict[str, str]:
         assert self.shims is not None
-        socket_path = await self.shims.open_job(f"{launch.job_id}.{launch.attempt}")
+        socket_path = await self.shims.open_job(job_key(launch.job_id, launch.attempt))
         checkpoints = self.checkpoint_root / launch.job_id
         checkpoints.mkdir(parents=True, exist_ok=True)
         env = {
@@ -199,7 +206,7 @@ class Runner:
             return
         for job in self.jobs.values():
             if job.ended is None:
-                await self.shims.open_job(f"{job.job_id}.{job.attempt}")
+                await self.shims.open_job(job_key(job.job_id, job.attempt))
 
     def pgid_of(self, job_id: str, attempt: int) -> int | None:
         job = self.jobs.get((job_id, attempt))
@@ -235,7 +242,7 @@ class Runner:
         job.done.set()
         if self.shims is not None:
             task = asyncio.get_running_loop().create_task(
-                self.shims.close_job(f"{job.job_id}.{job.attempt}")
+                self.shims.close_job(job_key(job.job_id, job.attempt))
             )
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
@@ -270,6 +277,11 @@ class Runner:
                 job.done.set()
                 continue
             self._watch(job, launcher["pid"], launcher.get("start_time"))
+            if job.ended is None and self.on_start is not None:
+                env = (_read_json(job_dir / "launch.json") or {}).get("env", {})
+                gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+                kind = env.get(shim.ENV_JOB_KIND, "guaranteed")
+                self.on_start(job.job_id, job.attempt, kind, gpus)
             log.info(
                 "job recovered", job_id=job.job_id, attempt=job.attempt, running=job.ended is None
             )

@@ -41,6 +41,11 @@ def rate(cluster: Cluster, token: str, job_id: str, seconds: float) -> float:
     return (step_of(cluster, token, job_id) - first) / (time.monotonic() - began)
 
 
+def gpu_of(cluster: Cluster, token: str, job_id: str) -> dict[str, Any]:
+    nodes = cluster.curl("GET", "/v1/nodes", token).body["nodes"]
+    return next(g for n in nodes for g in n["gpus"] if g["job_id"] == job_id)
+
+
 def events_with(cluster: Cluster, token: str, job_id: str, words: str) -> list[dict[str, Any]]:
     return [e for e in cluster.job(token, job_id)["events"] if words in e["reason"]]
 
@@ -62,6 +67,9 @@ def test_share_suspend_resume_and_migration_of_a_training_job(running: Cluster) 
     wait_until(lambda: step_of(cluster, alice, job_id) > 20, what="the job's first steps")
 
     full = rate(cluster, alice, job_id, 3.0)
+    # The simulated GPU reads what the job's shim reports: busy while it steps.
+    admin = cluster.token("e2e-admin", admin=True)
+    wait_until(lambda: gpu_of(cluster, admin, job_id)["utilization_pct"] >= 50, what="busy GPU")
     control(cluster, alice, job_id, "limits", {"share": 25})
     wait_until(lambda: events_with(cluster, alice, job_id, "limits: share 25"), what="limits")
     time.sleep(1.5)  # the report in flight still counts steps at full speed
@@ -78,6 +86,7 @@ def test_share_suspend_resume_and_migration_of_a_training_job(running: Cluster) 
 
     control(cluster, alice, job_id, "suspend")
     wait_until(lambda: events_with(cluster, alice, job_id, "suspended: suspended at step"))
+    wait_until(lambda: gpu_of(cluster, admin, job_id)["utilization_pct"] == 0, what="idle GPU")
     time.sleep(1.5)
     stopped = step_of(cluster, alice, job_id)
     time.sleep(2.0)
