@@ -7,9 +7,12 @@ import os
 import sys
 from pathlib import Path
 
+import msgspec
 import uvloop
 
 from agentd import gpu, gpu_events
+from agentd.coordination import Coordination
+from agentd.coordinator import CoordinatorSettings
 from agentd.job_controls import JobControls
 from agentd.job_observers import JobObservers
 from agentd.link import PREFETCH, Link
@@ -59,6 +62,20 @@ def check_socket_dir(config: AgentConfig) -> Path:
     return path
 
 
+def coordination(
+    config: AgentConfig, inventory: Inventory, shims: ShimServer, link: Link
+) -> Coordination:
+    fields = msgspec.structs.asdict(config.coordinator)
+    del fields["enabled"]
+    try:
+        settings = CoordinatorSettings(**fields)
+    except ValueError as exc:
+        raise ConfigProblem(f"coordinator: {exc}") from None
+    memory = {g.uuid: g.memory_mib for g in inventory.gpus}
+    clock = asyncio.get_running_loop().time
+    return Coordination(shims, link.post, memory, settings, clock=clock)
+
+
 async def async_main(config: AgentConfig) -> None:
     supervisor = Supervisor()
     socket_dir = check_socket_dir(config)
@@ -96,6 +113,7 @@ async def async_main(config: AgentConfig) -> None:
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
     observers = JobObservers(
         controls,
+        *([coordination(config, inventory, shims, link)] if config.coordinator.enabled else []),
         *([SimulatedUsage(backend)] if isinstance(backend, gpu.SimulatedBackend) else []),
     )
     shims.on_event = observers.on_shim_event

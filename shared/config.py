@@ -99,6 +99,25 @@ class SimulatedGpus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     memory_mib: Annotated[int, Meta(gt=0)] = 81920
 
 
+class CoordinatorConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """agentd/coordinator.py's CoordinatorSettings, which checks the values at start."""
+
+    enabled: bool = True
+    slowdown: float = 0.05
+    decrease: float = 0.5
+    increase: int = 5
+    min_share: int = 0
+    initial_share: int = 10
+    window: int = 20
+    solo_samples: int = 50
+    warmup_steps: int = 2
+    settle_steps: int = 1
+    relearn_drop: float = 0.10
+    headroom_mib: int = 1024
+    min_cap_mib: int = 512
+    cap_step_mib: int = 64
+
+
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     schedd_url: str = "http://127.0.0.1:8080"
     join_token: str | None = None
@@ -109,6 +128,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     labels: dict[str, str] = {}
     gpu_backend: Literal["auto", "nvml", "simulated"] = "auto"
     simulated: SimulatedGpus = msgspec.field(default_factory=SimulatedGpus)
+    # AntMan's coordinator on GPUs shared by a guaranteed job and opportunistic ones.
+    coordinator: CoordinatorConfig = msgspec.field(default_factory=CoordinatorConfig)
     # Resources offered to jobs; 0 means "what the machine has".
     cpus: Annotated[float, Meta(ge=0)] = 0
     memory_mib: Annotated[int, Meta(ge=0)] = 0

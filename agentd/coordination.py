@@ -1,0 +1,273 @@
+"""One AntMan coordinator per GPU inside the agent: feeds them, applies what they decide.
+
+`Coordination` is a job observer (agentd/job_observers.py): the runner says when a job
+starts and ends, the shim server what its shim says. It keeps one `GpuCoordinator` per
+GPU that has a job, made when the first job arrives and dropped when the last one
+leaves, and feeds it the jobs that join and leave and the shims' step reports. Each
+`Decision` it gets back is applied to the job's shim socket, logged, and reported to
+schedd as a `JobControlled(event="limits")`.
+
+- A job on several GPUs joins the coordinator of each. Its shim has one setting, so it
+  gets the stricter of what they want: the lowest share and the smallest cap.
+- Only a GPU with a guaranteed job and opportunistic ones is steered; the coordinator
+  returns no decisions for any other.
+- After an agent restart the runner calls `job_started` for each job it finds running
+  (before its socket is open again), so every job a shim says `hello` for is known; a
+  `hello` of a job that has not started here is ignored. `job_started` takes what the
+  shim applies from its latest `hello`, if one came first. What a decision asked while
+  a job's socket was not open is sent when its shim connects; a shim that connects
+  still applying what the previous agent asked is set to what the coordinators want.
+- A coordinator that raises is logged; the others, and the shim server, carry on.
+
+It does no I/O of its own and starts no task: it is called in the event loop, and the
+shim server holds a setting until the job's shim connects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
+
+from agentd.coordinator import (
+    CoordinatorSettings,
+    CoordinatorState,
+    Decision,
+    GpuCoordinator,
+    JobKind,
+)
+from agentd.shim_server import ShimServer
+from shared import logging
+from shared.protocol import JobControlled, Msg
+from shared.shim_protocol import FromShim, Hello, Step
+
+log = logging.get("coordination")
+
+Setting = tuple[int, int | None]  # (share 0-100, memory cap in MiB or None)
+
+
+@dataclass
+class _Job:
+    kind: str
+    gpus: list[str] = field(default_factory=list)  # the GPUs whose coordinator it joined
+
+
+class Coordination:
+    def __init__(
+        self,
+        shims: ShimServer,
+        post: Callable[[Msg], None],
+        gpu_memory_mib: dict[str, int],
+        settings: CoordinatorSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`gpu_memory_mib`: each GPU's total memory by UUID, from the inventory."""
+        self.shims = shims
+        self.post = post
+        self.gpu_memory_mib = dict(gpu_memory_mib)
+        self.settings = settings or CoordinatorSettings()
+        self.clock = clock
+        self._coordinators: dict[str, GpuCoordinator] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._sent: dict[str, Setting] = {}  # what the shim server holds, as set from here
+
+    # ---- the job observer --------------------------------------------------------------
+
+    def job_started(self, key: str, kind: str, gpu_uuids: list[str]) -> None:
+        """A job started on this node, or a restarted agent found it running."""
+        if key in self._jobs:
+            log.warning("job already coordinated", job_key=key)
+            return
+        job = self._jobs[key] = _Job(kind)
+        share, cap = self._shim_applies(key)
+        now = self.clock()
+        decisions: list[Decision] = []
+        for uuid in dict.fromkeys(gpu_uuids):  # once per GPU, in order
+            coordinator = self._coordinator(uuid)
+            if coordinator is None:
+                continue
+            joined = self._ask(
+                uuid,
+                key,
+                partial(
+                    coordinator.job_joined,
+                    key,
+                    cast(JobKind, kind),  # the coordinator refuses any other kind
+                    now,
+                    applied_share=share,
+                    applied_cap_mib=cap,
+                ),
+            )
+            if joined is not None:
+                job.gpus.append(uuid)
+                decisions += joined
+        self._drop_idle(gpu_uuids)
+        self._handle(decisions)
+
+    def on_shim_event(self, key: str, msg: FromShim) -> None:
+        """The shim server's events: steps feed the coordinators; a hello resyncs the job."""
+        job = self._jobs.get(key)
+        if job is None:
+            return  # not started here: job_started comes first, for recovered jobs too
+        match msg:
+            case Step():
+                now = self.clock()
+                decisions: list[Decision] = []
+                for uuid in job.gpus:
+                    step = self._coordinators[uuid].step
+                    ask = partial(step, key, msg.wall_s, msg.mem_peak_mib, now)
+                    decisions += self._ask(uuid, key, ask) or []
+                self._handle(decisions)
+            case Hello():
+                self._resync(key, msg)
+
+    def job_ended(self, key: str) -> None:
+        """The job exited, was killed, or checkpointed and exited; unknown jobs are ignored."""
+        job = self._jobs.pop(key, None)
+        self._sent.pop(key, None)
+        if job is None:
+            return
+        now = self.clock()
+        decisions: list[Decision] = []
+        for uuid in job.gpus:
+            left = partial(self._coordinators[uuid].job_left, key, now)
+            decisions += self._ask(uuid, key, left) or []
+        self._drop_idle(job.gpus)
+        self._handle(decisions)
+
+    def states(self) -> list[CoordinatorState]:
+        """What each coordinator believes, by GPU UUID: for status pages and debugging."""
+        return [self._coordinators[uuid].state() for uuid in sorted(self._coordinators)]
+
+    # ---- coordinators ------------------------------------------------------------------
+
+    def _coordinator(self, uuid: str) -> GpuCoordinator | None:
+        coordinator = self._coordinators.get(uuid)
+        if coordinator is not None:
+            return coordinator
+        total = self.gpu_memory_mib.get(uuid)
+        if total is None:
+            log.warning("job on a GPU not in the inventory, not coordinated", gpu=uuid)
+            return None
+        coordinator = self._coordinators[uuid] = GpuCoordinator(uuid, total, self.settings)
+        return coordinator
+
+    def _drop_idle(self, uuids: Iterable[str]) -> None:
+        """Forget the coordinators left without jobs: a new job starts from scratch."""
+        for uuid in uuids:
+            coordinator = self._coordinators.get(uuid)
+            if coordinator is None:
+                continue
+            state = coordinator.state()
+            if state.guaranteed is None and not state.opportunistic:
+                del self._coordinators[uuid]
+
+    def _ask(self, uuid: str, key: str, ask: partial[list[Decision]]) -> list[Decision] | None:
+        """One call into a coordinator; None if it raised, which is logged and goes no further.
+
+        The coordinator's bug, or the agent's misuse of it, must not cost the other GPUs
+        their coordination, nor reach the shim server's event sink.
+        """
+        try:
+            return ask()
+        except Exception:
+            log.exception("coordinator failed", gpu=uuid, job_key=key, call=ask.func.__name__)
+            return None
+
+    # ---- applying decisions ----------------------------------------------------------
+
+    def _handle(self, decisions: list[Decision]) -> None:
+        """Apply each affected job's setting once, then log and report every decision."""
+        wanted = {key: self._wanted(key) for key in dict.fromkeys(d.job_key for d in decisions)}
+        for key, setting in wanted.items():
+            self._apply(key, setting)
+        for d in decisions:
+            self._report(d, wanted[d.job_key])
+
+    def _wanted(self, key: str) -> Setting | None:
+        """The stricter of what the job's coordinators want; None where none steers it."""
+        job = self._jobs.get(key)
+        settings = [
+            setting
+            for uuid in (job.gpus if job is not None else [])
+            if (setting := self._coordinators[uuid].state().opportunistic.get(key)) is not None
+        ]
+        if not settings:
+            return None
+        caps = [cap for _, cap in settings if cap is not None]
+        return min(share for share, _ in settings), min(caps) if caps else None
+
+    def _apply(self, key: str, setting: Setting | None) -> bool:
+        """Hand the job's setting to its socket unless it holds it already; True if sent.
+
+        A job whose socket is not open (an agent that restarts opens them after it has
+        found the jobs) gets it when its shim connects, from `_resync`.
+        """
+        if setting is None or self._sent.get(key) == setting or not self.shims.is_open(key):
+            return False
+        share, cap = setting
+        try:
+            self.shims.set_limits(key, share=share, memory_cap_mib=cap)
+        except (KeyError, ValueError):
+            log.exception("coordinator setting not applied", job_key=key, share=share, cap=cap)
+            return False
+        self._sent[key] = setting
+        return True
+
+    def _report(self, d: Decision, setting: Setting | None) -> None:
+        job_id, attempt = _job_of(d.job_key)
+        log.info(
+            "coordinator decision",
+            gpu=d.gpu_uuid,
+            job_id=job_id,
+            attempt=attempt,
+            share=d.share,
+            memory_cap_mib=d.memory_cap_mib,
+            previous_share=d.previous_share,
+            previous_memory_cap_mib=d.previous_memory_cap_mib,
+            # The job's setting over all its GPUs: another GPU's may be stricter.
+            job_setting=None if setting is None else list(setting),
+            reason=d.reason,
+        )
+        detail = f"coordinator on GPU {d.gpu_uuid}: {d.reason}"
+        self.post(JobControlled(job_id=job_id, attempt=attempt, event="limits", detail=detail))
+
+    def _resync(self, key: str, hello: Hello) -> None:
+        """A shim connected: make it apply what the coordinators want for its job.
+
+        The shim server resends what it holds on every connect, so this only acts after
+        an agent restart (the shim still applies what the previous agent asked) or when a
+        decision came while the job's socket was not open.
+        """
+        wanted = self._wanted(key)
+        held = self._sent.get(key)
+        applying = (hello.share, hello.memory_cap_mib) if held is None else held
+        if wanted is None or applying == wanted:
+            return
+        self._sent.pop(key, None)
+        if not self._apply(key, wanted):
+            return
+        job_id, attempt = _job_of(key)
+        detail = (
+            "coordinator: the job's shim connected applying "
+            f"{_setting(hello.share, hello.memory_cap_mib)}; set to {_setting(*wanted)}, "
+            "as the coordinators of its GPUs have it"
+        )
+        log.info("coordinator setting resent", job_id=job_id, attempt=attempt, detail=detail)
+        self.post(JobControlled(job_id=job_id, attempt=attempt, event="limits", detail=detail))
+
+    def _shim_applies(self, key: str) -> Setting:
+        """What the job's shim applies now, if it has said hello; else the shim's defaults."""
+        hello = self.shims.hello(key)
+        return (100, None) if hello is None else (hello.share, hello.memory_cap_mib)
+
+
+def _job_of(key: str) -> tuple[str, int]:
+    job_id, _, attempt = key.rpartition(".")
+    return (job_id, int(attempt)) if job_id and attempt.isdigit() else (key, 0)
+
+
+def _setting(share: int, cap: int | None) -> str:
+    return f"share {share}, " + ("no memory cap" if cap is None else f"memory cap {cap} MiB")
