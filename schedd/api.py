@@ -34,6 +34,7 @@ TOKEN_CACHE_S = 30.0  # a revoked token stops working within this time
 # curl -d sends x-www-form-urlencoded unless told otherwise; take it as the JSON it is.
 JSON_BODY_TYPES = {"application/json", "application/x-www-form-urlencoded"}
 LOG_QUEUE_CHUNKS = 256
+FOLLOW_WAIT_S = 75.0  # how long a log follower waits for the job to be placed and start
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -276,6 +277,8 @@ class Api:
         row = await self._own_job(request)
         follow = request.query.get("follow", "0") not in ("0", "false", "")
         offset = _int_param(request.query, "offset", default=0, low=0, high=2**62)
+        if follow:
+            row = await self._placed_soon(row)
         if row["node_id"] is None or row["attempt"] == 0:
             raise Problem(
                 409, "No logs yet", f"job {row['id']} has not run yet", state=row["state"]
@@ -299,7 +302,7 @@ class Api:
                     node_id=row["node_id"],
                 )
             # A follower may ask before the job has started; the agent waits for it to.
-            first = await asyncio.wait_for(queue.get(), 75.0 if follow else 10.0)
+            first = await asyncio.wait_for(queue.get(), FOLLOW_WAIT_S if follow else 10.0)
             if first.error is not None:
                 raise Problem(
                     404 if "no log" in first.error else 502, "Logs unavailable", first.error
@@ -322,6 +325,19 @@ class Api:
         finally:
             del self.hub.log_streams[request_id]
             await self.hub.send(row["node_id"], LogCancel(request_id=request_id))
+
+    async def _placed_soon(self, row: asyncpg.Record) -> asyncpg.Record:
+        """A follower of a job still waiting for its first placement waits for it too,
+        for as long as a follower waits for the job to start on its node."""
+        deadline = time.monotonic() + FOLLOW_WAIT_S
+        while row["attempt"] == 0 and row["state"] == JobState.PENDING:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+            fresh = await jobs.get(self.pool, row["id"])
+            assert fresh is not None
+            row = fresh
+        return row
 
 
 def _int_param(query: Any, name: str, *, default: int, low: int, high: int) -> int:
