@@ -624,7 +624,6 @@ class Shim:
         self._started_at = time.perf_counter()
 
     def _end(self) -> None:
-        wall_s = time.perf_counter() - self._started_at
         gpu_s, memory = None, None
         if self._torch is not None:
             try:
@@ -632,6 +631,9 @@ class Shim:
             except Exception as exc:
                 _warn(f"PyTorch integration off: {exc!r}")
                 self._torch = None
+        # After the CUDA sync in end(): a step that never synchronises itself has only
+        # launched its kernels when its body returns, and would look as fast as that.
+        wall_s = time.perf_counter() - self._started_at
         self._step += 1
         cap = self._cap_in_force
         cap_met = None if memory is None or cap is None else memory.reserved_mib <= cap
