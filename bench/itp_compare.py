@@ -1,4 +1,4 @@
-"""The default and gittins profiles against `fifo` and `tiresias` on every ITP cluster trace.
+"""The default profile and `las` (its 2D-LAS variant) against `fifo` and `tiresias`, per ITP trace.
 
 For each itp/raw/clusterNN.csv, sizes the cluster so that jobs queue: 8-GPU nodes, as
 many as hold the trace's average GPU demand (GPU-seconds over its span) times
@@ -35,7 +35,7 @@ from schedd.sim.plots import write_plots
 from schedd.sim.shape import ClusterShape
 from schedd.sim.traces import Trace, read_trace
 
-PROFILES = ("fifo", "tiresias", "default", "gittins")
+PROFILES = ("fifo", "tiresias", "las", "default")
 GPUS_PER_NODE = 8
 
 

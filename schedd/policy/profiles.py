@@ -143,23 +143,25 @@ BUILTIN: dict[str, ProfileSpec] = {
     "capacity": ProfileSpec(
         order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
     ),
-    # The default: fair across tenants, least attained service within one, topology-aware
-    # placement, reclaim of guarantees. No reservations: on the ITP traces held GPUs cost
-    # more average JCT than they saved (docs/simulator.md).
+    # The default: fair across tenants; within one, the highest Gittins index of attained
+    # service, learned from the service finished jobs took (2D-LAS until 32 have);
+    # topology-aware placement; reclaim of guarantees. No reservations: on the ITP traces
+    # held GPUs cost more average JCT than they saved (docs/simulator.md).
     "default": ProfileSpec(
-        order="fair_las",
-        place="topology",
-        admit=("quota", "user_limit"),
-        make_room=("reclaim", "las"),
-    ),
-    # The default with the Gittins index learned from finished jobs in place of 2D-LAS.
-    "gittins": ProfileSpec(
         order="fair_gittins",
         place="topology",
         admit=("quota", "user_limit"),
         make_room=("reclaim", "gittins"),
     ),
-    # The default plus reservations with backfill for blocked jobs that waited
+    # The default with 2D-LAS in place of the Gittins index (the default until the ITP
+    # replays showed the index ahead on 9 traces of 10: docs/simulator.md).
+    "las": ProfileSpec(
+        order="fair_las",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "las"),
+    ),
+    # `las` plus reservations with backfill for blocked jobs that waited
     # `reserve_after_s` (a day): large gangs never starve, at some average JCT.
     "backfill": ProfileSpec(
         order="fair_las",

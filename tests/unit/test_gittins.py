@@ -74,15 +74,15 @@ def test_the_index_is_at_least_one_over_the_mean(samples: list[float]) -> None:
     assert all(x > 0 and math.isfinite(x) for x in table.indices)
 
 
-# ---- the plugins, in the `gittins` profile ----------------------------------------
+# ---- the plugins, in the `default` profile ----------------------------------------
 
 
 def test_the_order_follows_the_index() -> None:
     n = node("n", 1)
     waiting = [pending("new", 1, at=1.0), pending("resumed", 1, at=2.0, attained_s=5_000.0)]
-    plan = run("gittins", snapshot([n], waiting, service_history=ALIKE))
+    plan = run("default", snapshot([n], waiting, service_history=ALIKE))
     assert set(launches(plan)) == {"resumed"}
-    plan = run("gittins", snapshot([n], waiting, service_history=HEAVY_TAIL))
+    plan = run("default", snapshot([n], waiting, service_history=HEAVY_TAIL))
     assert set(launches(plan)) == {"new"}
 
 
@@ -90,19 +90,19 @@ def test_a_newcomer_preempts_only_where_the_history_says_it_is_worth_more() -> N
     n = node("n", 1)
     held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
     snap = snapshot([n], [pending("new", 1)], held, service_history=HEAVY_TAIL)
-    assert preempted(run("gittins", snap, now=10_000.0)) == {"runner"}
+    assert preempted(run("default", snap, now=10_000.0)) == {"runner"}
     snap = snapshot([n], [pending("new", 1)], held, service_history=ALIKE)
-    assert not preempted(run("gittins", snap, now=10_000.0))
+    assert not preempted(run("default", snap, now=10_000.0))
 
 
 def test_with_no_history_it_preempts_as_tiresias() -> None:
     n = node("n", 1)
     held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
     snap = snapshot([n], [pending("new", 1)], held)
-    assert preempted(run("gittins", snap, now=10_000.0)) == {"runner"}
+    assert preempted(run("default", snap, now=10_000.0)) == {"runner"}
     held = [placed("runner", n, [0], attained_s=3_000.0, started_at=0.0)]
     snap = snapshot([n], [pending("new", 1)], held)
-    assert run("gittins", snap, now=10_000.0).recheck_at == 10_200.0
+    assert run("default", snap, now=10_000.0).recheck_at == 10_200.0
 
 
 def test_it_looks_again_when_a_runner_falls_below_a_waiting_job() -> None:
@@ -110,7 +110,7 @@ def test_it_looks_again_when_a_runner_falls_below_a_waiting_job() -> None:
     # 2 GPUs at half a GPU-second: past the 1 GPU-second point in a quarter second.
     held = [placed("wide", n, [0, 1], attained_s=0.5, started_at=0.0)]
     snap = snapshot([n], [pending("new", 1)], held, service_history=SHORT_OR_LONG)
-    plan = run("gittins", snap, now=10_000.0, min_run_s=0.0)
+    plan = run("default", snap, now=10_000.0, min_run_s=0.0)
     assert not preempted(plan) and plan.recheck_at == 10_000.25
 
 
