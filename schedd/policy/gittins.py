@@ -110,15 +110,21 @@ class GittinsTable:
     def index(self, attained: float) -> float:
         return self.indices[bisect.bisect_right(self.points, attained) - 1]
 
-    def drops_below(self, attained: float, value: float) -> float | None:
+    def steps_below(self, value: float) -> tuple[int, ...]:
+        """The steps whose index is below `value`, ascending: `drops_below`'s work for
+        one value, shared by every job compared with it."""
+        return tuple(i for i, index in enumerate(self.indices) if index < value)
+
+    def drops_below(
+        self, attained: float, value: float, steps: tuple[int, ...] | None = None
+    ) -> float | None:
         """The least service beyond `attained` at which the index is below `value`,
-        or None if it never is."""
+        or None if it never is. `steps` is `steps_below(value)`, if known."""
         i = bisect.bisect_right(self.points, attained)
         if i >= len(self.points) or self.suffix_min[i] >= value:
             return None
-        while self.indices[i] >= value:
-            i += 1
-        return self.points[i]
+        below = self.steps_below(value) if steps is None else steps
+        return self.points[below[bisect.bisect_left(below, i)]]
 
 
 def table_for(history: ServiceHistory | None) -> GittinsTable | None:

@@ -44,6 +44,20 @@ class Request:
     # The one node it may use (a migration's target); part of the request so that what
     # a plan learns about one request (it does not fit) is never applied to another.
     node_id: str | None = None
+    # Requests key the plan's memo, hashed for every pending job in every cycle: once.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        fields = (self.gpus, self.cpus, self.memory_mib, self.gpu_memory_mib, self.node_id)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Request], tuple[object, ...]]:
+        # Built again on unpickling: a str's hash differs from one process to another.
+        fields = (self.gpus, self.cpus, self.memory_mib, self.gpu_memory_mib, self.node_id)
+        return (Request, fields)
 
     def resources(self) -> Resources:
         return Resources(self.gpus, self.cpus, self.memory_mib)

@@ -55,6 +55,7 @@ def recheck_at(view: View) -> float | None:
     best: dict[str, float] = {}  # per tenant queue, the highest index waiting
     for waiter in view.snapshot.pending:
         best[waiter.queue] = max(best.get(waiter.queue, 0.0), learned.index(waiter.attained_s))
+    steps = {q: learned.steps_below(value) for q, value in best.items()}
     times = []
     for job in view.snapshot.placed:
         waiting = best.get(job.queue)
@@ -63,7 +64,7 @@ def recheck_at(view: View) -> float | None:
         if job.request.gpus <= 0:
             continue
         attained = view.attained(job)
-        at = learned.drops_below(attained, waiting)
+        at = learned.drops_below(attained, waiting, steps[job.queue])
         if at is not None:
             times.append(view.now + (at - attained) / job.request.gpus)
     ends = protection_ends(view)

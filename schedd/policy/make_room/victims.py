@@ -78,20 +78,32 @@ def fewest_victims(
     leaving = leaving_jobs(view)
     if leaving and isinstance(_place_without(job, view, leaving, place), Placement):
         return ()
-    chosen: list[PlacedJob] = []
-    freed = sum(j.request.gpus for j in leaving)
-    for victim in ranked:
-        if protected(victim, view):
-            continue
-        chosen.append(victim)
+    eligible = [v for v in ranked if not protected(v, view)]
+    # The shortest prefix with enough GPUs in all, then the shortest that lets the job
+    # fit: a longer prefix frees more, so a fit found at k holds at every k after it,
+    # and a binary search finds the first in a few placements instead of one per victim.
+    freed = free_total + sum(j.request.gpus for j in leaving)
+    lo = None
+    for k, victim in enumerate(eligible, start=1):
         freed += victim.request.gpus
-        if free_total + freed < job.request.gpus:
-            continue
-        placed = _place_without(job, view, leaving + chosen, place)
+        if freed >= job.request.gpus:
+            lo = k
+            break
+    if lo is None:
+        return None
+    hi = len(eligible)
+    found = _place_without(job, view, leaving + eligible[:hi], place)
+    if not isinstance(found, Placement):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        placed = _place_without(job, view, leaving + eligible[:mid], place)
         if isinstance(placed, Placement):
-            used = {s.node_id for s in placed.shards}
-            return tuple(v for v in chosen if any(s.node_id in used for s in v.shards))
-    return None
+            hi, found = mid, placed
+        else:
+            lo = mid + 1
+    used = {s.node_id for s in found.shards}
+    return tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
 
 
 def _place_without(

@@ -18,7 +18,10 @@ from schedd.policy.view import View
 
 
 def table(view: View) -> GittinsTable | None:
-    return table_for(view.snapshot.service_history)
+    key = ("gittins_table",)
+    if key not in view.memo:  # read for every job: once per cycle, not per lookup
+        view.memo[key] = table_for(view.snapshot.service_history)
+    return view.memo[key]  # type: ignore[return-value]
 
 
 def rank(job: PendingJob | PlacedJob, view: View) -> float:
