@@ -72,6 +72,9 @@ def serve_tree(
             node = node.heap[0][2]
         generation = view.generation
         yield node.jobs.popleft()
+        # While the plan changes nothing, no rank moves: the same group stays on top.
+        while node.jobs and view.generation == generation:
+            yield node.jobs.popleft()
         changed = view.generation != generation
         # Bottom up: re-rank each group on the path in its parent's heap.
         for depth in range(len(path) - 1, -1, -1):
