@@ -35,6 +35,9 @@ TOKEN_CACHE_S = 30.0  # a revoked token stops working within this time
 JSON_BODY_TYPES = {"application/json", "application/x-www-form-urlencoded"}
 LOG_QUEUE_CHUNKS = 256
 FOLLOW_WAIT_S = 75.0  # how long a log follower waits for the job to be placed and start
+# How long a submission with a deadline waits for the policy's answer before replying
+# without it (the answer then shows in GET /v1/jobs/{id}).
+DEADLINE_ANSWER_S = 5.0
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -172,10 +175,26 @@ class Api:
         if created:
             log.info("job submitted", job_id=row["id"], user=principal.user, gpus=spec.gpus)
             self.scheduler.wake()
+        undecided = spec.deadline is not None and row["deadline_admitted"] is None
+        if undecided and self.scheduler.decides_deadlines:
+            await self.scheduler.deadline_decided(row["id"], DEADLINE_ANSWER_S)
+            row = await jobs.get(self.pool, row["id"]) or row
         headers = {"Location": f"/v1/jobs/{row['id']}"}
         if not created:
             headers["Idempotent-Replayed"] = "true"
-        return respond(jobs.as_dict(row), status=201, headers=headers)
+        return respond(self._with_deadline_note(jobs.as_dict(row)), status=201, headers=headers)
+
+    def _with_deadline_note(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Say why a deadline has no answer: not decided yet, or never by this policy."""
+        held = body.get("deadline")
+        if held is not None and held["guaranteed"] is None:
+            held["reason"] = (
+                "not decided yet: the scheduler decides at its next cycle with nodes connected"
+                if self.scheduler.decides_deadlines
+                else f"policy {self.scheduler.profile.name} does not guarantee deadlines"
+                " (the chronus profile does)"
+            )
+        return body
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
@@ -209,7 +228,7 @@ class Api:
 
     async def get_job(self, request: web.Request) -> web.Response:
         row = await self._own_job(request)
-        body = jobs.as_dict(row)
+        body = self._with_deadline_note(jobs.as_dict(row))
         body["events"] = [
             {
                 "at": e["at"].isoformat(),

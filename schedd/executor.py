@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncpg
 
 from schedd.hub import Hub
-from schedd.policy.actions import Action, Launch, Preempt, Stop
+from schedd.policy.actions import Action, AdmitDeadline, Launch, Preempt, Stop
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
@@ -39,6 +39,17 @@ class Executor:
             case Preempt():
                 moved = await self.cancel(action.job_id, action.reason)  # stop, no requeue
                 return moved.ok
+            case AdmitDeadline():
+                recorded = await jobs.decide_deadline(
+                    self.pool, action.job_id, action.admitted, action.reason
+                )
+                if recorded:
+                    log.info(
+                        "deadline guaranteed" if action.admitted else "deadline not guaranteed",
+                        job_id=action.job_id,
+                        reason=action.reason,
+                    )
+                return recorded
         log.warning("action not supported yet", action=type(action).__name__, job_id=action.job_id)
         return False
 

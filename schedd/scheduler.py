@@ -19,7 +19,7 @@ from schedd import policy_config
 from schedd.cached_read import CachedRead
 from schedd.executor import Executor
 from schedd.hub import Hub
-from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Wait
 from schedd.policy.framework import NO_NODES
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
@@ -102,10 +102,27 @@ class Scheduler:
         self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
+        self._deadline_waiters: dict[str, asyncio.Future[None]] = {}
         self.cycles = 0
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    @property
+    def decides_deadlines(self) -> bool:
+        """Whether the active profile guarantees deadlines (Chronus's admission)."""
+        return self.profile.spec is not None and "deadlines" in self.profile.spec.decide
+
+    async def deadline_decided(self, job_id: str, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) for a cycle to decide the job's deadline."""
+        waiter = self._deadline_waiters.get(job_id)
+        if waiter is None:
+            waiter = self._deadline_waiters[job_id] = asyncio.get_running_loop().create_future()
+        self.wake()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            self._deadline_waiters.pop(job_id, None)  # decided later, or never: GET says
 
     def why_pending(self, job_id: str) -> Wait:
         wait = self.waiting.get(job_id) or self._beyond
@@ -168,6 +185,10 @@ class Scheduler:
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)
+                if isinstance(action, AdmitDeadline):
+                    waiter = self._deadline_waiters.pop(action.job_id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
         if deferred:
             _explain_deferred(plan, in_flight)
         full = len(snapshot.pending) == window
@@ -252,6 +273,8 @@ class Scheduler:
                 name=r["name"],
                 estimate_s=_estimate(r, estimates),
                 attained_s=r["attained_gpu_s"],
+                deadline=r["deadline_s"],
+                deadline_admitted=r["deadline_admitted"],
             )
             for r in pending_rows
         )
@@ -341,6 +364,8 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
         kind=row["kind"],
         estimate_s=estimate,
         attained_s=row["attained_gpu_s"] + row["gpus"] * running_s,
+        deadline=row["deadline_s"],
+        deadline_admitted=row["deadline_admitted"],
     )
 
 

@@ -56,6 +56,7 @@ class ProfileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     place: str | None = None
     admit: list[str] | None = None
     make_room: list[str] | None = None
+    decide: list[str] | None = None
     blocking: str | None = None
     pending_window: int | None = None
     tick_s: float | None = None

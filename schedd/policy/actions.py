@@ -90,8 +90,28 @@ class Reserve:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class AdmitDeadline:
+    """Whether a job's deadline is guaranteed: decided once (a guarantee is withdrawn
+    only when the cluster can no longer keep it); the shell records it on the job."""
+
+    job_id: str
+    admitted: bool
+    reason: str
+
+
 Action = (
-    Launch | Stop | Preempt | Suspend | Resume | Migrate | Resize | SetLimits | Prefetch | Reserve
+    Launch
+    | Stop
+    | Preempt
+    | Suspend
+    | Resume
+    | Migrate
+    | Resize
+    | SetLimits
+    | Prefetch
+    | Reserve
+    | AdmitDeadline
 )
 
 

@@ -1,7 +1,9 @@
-"""The plan loop that runs a profile's stages: order, admit, place, make room, reserve.
+"""The plan loop that runs a profile's stages: decide, order, admit, place, make room, reserve.
 
 Each stage is a plugin, a plain function with a typed result:
 
+- decide(view) -> actions taken once per cycle before any job is considered (which
+  deadlines are guaranteed, say); the plugin keeps what later stages read in the view;
 - order(pending, view) -> the pending jobs in the order they are considered (a lazy
   iterator: it may look at the view again after each job, as DRF does);
 - admit(job, view) -> a Wait saying why the job may not start now, or None;
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, Wait
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
@@ -32,6 +34,7 @@ OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
 AdmitFn = Callable[[PendingJob, View], Wait | None]
 MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
 RecheckFn = Callable[[View], float | None]
+DecideFn = Callable[[View], list[Action]]
 Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
@@ -48,6 +51,7 @@ class Stages:
     label: str  # why a job was launched, in words: "FIFO, best fit"
     # When the make-room plugins' answers could change with time alone (Plan.recheck_at).
     recheck: tuple[RecheckFn, ...] = ()
+    decide: tuple[DecideFn, ...] = ()
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -78,6 +82,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         result.waiting = {j.job_id: NO_NODES for j in snapshot.pending}
         return result
     view = View.build(snapshot, now, stages.settings)
+    for decide in stages.decide:
+        result.actions.extend(decide(view))
     blocker: str | None = None
     reservations = 0
     for job in stages.order(snapshot.pending, view):

@@ -11,13 +11,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.framework import AdmitFn, Blocking, MakeRoomFn, OrderFn, RecheckFn, Stages
+from schedd.policy.decide import deadlines
+from schedd.policy.framework import (
+    AdmitFn,
+    Blocking,
+    DecideFn,
+    MakeRoomFn,
+    OrderFn,
+    RecheckFn,
+    Stages,
+)
+from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import las as las_preemption
 from schedd.policy.make_room import reclaim
 from schedd.policy.make_room.victims import PlaceFn, protection_ends
 from schedd.policy.order import (
     capacity,
+    deadline,
     drf,
     fair_gittins,
     fair_las,
@@ -27,7 +38,7 @@ from schedd.policy.order import (
     priority,
     sjf,
 )
-from schedd.policy.place import best_fit, topology
+from schedd.policy.place import best_fit, consolidate, topology
 from schedd.policy.settings import Settings
 
 ORDERS: dict[str, OrderFn] = {
@@ -40,13 +51,20 @@ ORDERS: dict[str, OrderFn] = {
     "fair_las": fair_las.order,
     "gittins": gittins.order,
     "fair_gittins": fair_gittins.order,
+    "deadline": deadline.order,
 }
+DECIDES: dict[str, DecideFn] = {"deadlines": deadlines.decide}
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
-PLACES: dict[str, PlaceFn] = {"best_fit": best_fit.place, "topology": topology.place}
+PLACES: dict[str, PlaceFn] = {
+    "best_fit": best_fit.place,
+    "topology": topology.place,
+    "consolidate": consolidate.place,
+}
 MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "reclaim": reclaim.make_room,
     "las": las_preemption.make_room,
     "gittins": gittins_preemption.make_room,
+    "deadline": deadline_preemption.make_room,
 }
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
 # reclaim refuses victims only for their age: it looks again when one comes of age.
@@ -54,6 +72,7 @@ RECHECKS: dict[str, RecheckFn] = {
     "reclaim": protection_ends,
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
+    "deadline": protection_ends,
 }
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
@@ -76,6 +95,7 @@ class ProfileSpec:
     place: str
     admit: tuple[str, ...] = ()
     make_room: tuple[str, ...] = ()
+    decide: tuple[str, ...] = ()
     blocking: str = "skip"
     pending_window: int = 10_000
     tick_s: float | None = None
@@ -105,6 +125,7 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         settings=spec.settings,
         label=label,
         recheck=tuple(RECHECKS[m] for m in spec.make_room if m in RECHECKS),
+        decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
     )
 
 
@@ -122,6 +143,10 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
                 raise ProfileError(f"settings.{key}", "expected a list of positive numbers")
             out[key] = tuple(sorted(float(v) for v in value))
             continue
+        if key == "deadline_efficiency" and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+        ):
+            raise ProfileError(f"settings.{key}", "expected a number above 0, at most 1")
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ProfileError(f"settings.{key}", "expected a number ≥ 0")
         out[key] = type(getattr(Settings(), key))(value)
@@ -170,5 +195,18 @@ BUILTIN: dict[str, ProfileSpec] = {
         make_room=("reclaim", "las"),
         blocking="backfill",
         settings=Settings(reserve_after_s=86400.0),
+    ),
+    # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
+    # (least slack first, preempting jobs without a guarantee after a 20-minute lease),
+    # everyone else by shortest remaining time; GPU counts placed as 1, 2, 4 or 8n.
+    # Run times as Chronus's profiler measures them: the true ones in the simulator,
+    # the spec's estimated_runtime_s (else the user's history) live.
+    "chronus": ProfileSpec(
+        order="deadline",
+        place="consolidate",
+        decide=("deadlines",),
+        make_room=("deadline",),
+        estimates="oracle",
+        settings=Settings(min_run_s=1200.0),
     ),
 }

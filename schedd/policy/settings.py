@@ -29,3 +29,13 @@ class Settings:
     # Only jobs of at least this many GPUs get reservations (a large gang is what small
     # jobs starve; a small job finds GPUs soon enough without holding any).
     reserve_min_gpus: int = 1
+    # Deadlines (Chronus): the share of the cluster's GPU-seconds that guaranteed jobs
+    # may count on (gangs never fill every GPU), and how many undecided jobs with a
+    # deadline one cycle decides (oldest first; the rest in the next cycles).
+    deadline_efficiency: float = 0.9
+    deadline_decisions: int = 256
+    # A guaranteed job with less slack than this (deadline - now - remaining run time)
+    # goes before every other job and may preempt; with more, it takes its turn by
+    # remaining time and preempts nobody, so that best-effort jobs are not kept waiting
+    # for deadlines hours away. Two of Chronus's 20-minute leases.
+    deadline_urgent_s: float = 2400.0

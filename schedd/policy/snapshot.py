@@ -78,6 +78,8 @@ class PendingJob:
     estimate_s: float | None = None
     attained_s: float = 0.0  # GPU-seconds of service received in earlier attempts
     deadline: float | None = None
+    # Whether the deadline is guaranteed (`AdmitDeadline`); None: not decided yet.
+    deadline_admitted: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,8 @@ class PlacedJob:
     # GPUs x (now - attained_as_of) since (`View.attained`). A shell that keeps one
     # PlacedJob per attempt (the simulator) sets it to the start; None: as of now.
     attained_as_of: float | None = None
+    deadline: float | None = None
+    deadline_admitted: bool | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:

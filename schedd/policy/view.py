@@ -110,6 +110,12 @@ class View:
             return job.attained_s + job.request.gpus * (self.now - job.attained_as_of)
         return job.attained_s
 
+    def remaining(self, job: PendingJob | PlacedJob) -> float:
+        """Seconds of running left by its estimate (SRTF, deadlines): the estimate less
+        the time its attained GPU-seconds stand for."""
+        done = self.attained(job) / job.request.gpus if job.request.gpus else 0.0
+        return max(self.estimate(job) - done, 0.0)
+
     def started(self, job: PlacedJob) -> float:
         """When the job's current attempt started (now, if it has not yet)."""
         return job.started_at if job.started_at is not None else self.now

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from schedd.policy import Profile
-from schedd.policy.actions import Launch, Plan, Preempt, Reserve, Stop
+from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Stop
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Snapshot
 from schedd.sim.cluster import build_nodes
@@ -179,7 +179,8 @@ class Simulation:
         window, are new to the next one."""
         if len(snapshot.pending) >= self.profile.pending_window:
             return True
-        return any(not isinstance(a, Launch | Reserve) for a in plan.actions)
+        # Deadline answers were already in this plan's view.
+        return any(not isinstance(a, Launch | Reserve | AdmitDeadline) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
 
@@ -219,6 +220,7 @@ class Simulation:
                 estimate_s=self.estimates.of(spec),
                 attained_s=job.attained_gpu_s,
                 deadline=spec.deadline_s,
+                deadline_admitted=job.deadline_admitted,
             )
             job.pending_view_version = version
         return job.pending_view
@@ -285,6 +287,8 @@ class Simulation:
                 changed |= self._stop(action, now)
             elif isinstance(action, Reserve):
                 self.ledger.actions["Reserve"] += 1
+            elif isinstance(action, AdmitDeadline):
+                changed |= self._admit_deadline(action)
             else:
                 self.ledger.unsupported[type(action).__name__] += 1
         for launch in launches:
@@ -340,6 +344,8 @@ class Simulation:
             "state": RUNNING,
             "started_at": now,
             "estimate_s": self.estimates.of(job.spec),
+            "deadline": job.spec.deadline_s,
+            "deadline_admitted": job.deadline_admitted,
         }
         self._hold(job, now)
         self._at(now + job.remaining_s / job.speed, _FINISH, job)
@@ -368,6 +374,26 @@ class Simulation:
         else:
             self._release(job, now)
             self._enqueue(job)
+        return True
+
+    def _admit_deadline(self, admit: AdmitDeadline) -> bool:
+        job = self._job(admit.job_id, "AdmitDeadline")
+        if job.spec.deadline_s is None:
+            raise SimError(
+                f"policy {self.profile.name}: AdmitDeadline of job {job.spec.job_id},"
+                " which has no deadline"
+            )
+        if job.deadline_admitted == admit.admitted:
+            return False
+        job.deadline_admitted = admit.admitted
+        self.ledger.actions["AdmitDeadline" if admit.admitted else "RefuseDeadline"] += 1
+        # Both views of the job carry the answer: build them again.
+        job.pending_view = None
+        self._pending_view = None
+        if job.placed_fields:
+            job.placed_fields = {**job.placed_fields, "deadline_admitted": admit.admitted}
+            job.placed_view = None
+            self._placed_view = None
         return True
 
     def _stop(self, stop: Stop, now: float) -> bool:

@@ -41,6 +41,7 @@ class SimJob:
     shards: tuple[Shard, ...] = ()
     preemptions: int = 0
     cancel_when_freed: bool = False  # stopped while its preemption was under way
+    deadline_admitted: bool | None = None  # the policy's AdmitDeadline, if any
     # Views handed to the policy, rebuilt only when something in them changed.
     pending_view: PendingJob | None = None
     pending_view_version: int = -1

@@ -110,6 +110,7 @@ class Summary:
     jain: float  # over queues, of avg GPUs / weight
     deadline_jobs: int
     deadline_missed: int  # finished after the deadline, or never
+    jct_best_effort_avg_s: float  # over finished jobs with no deadline
     preemptions: int
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
@@ -182,6 +183,9 @@ def summarize(result: SimResult) -> Summary:
         jain=jain_index([q.share for q in queues if q.jobs]),
         deadline_jobs=len(with_deadline),
         deadline_missed=len(missed),
+        jct_best_effort_avg_s=mean(
+            [jct for j in jobs if j.deadline_s is None and (jct := j.jct_s) is not None]
+        ),
         preemptions=sum(j.preemptions for j in jobs),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),

@@ -64,6 +64,10 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         ]
         for s in summaries
     ]
+    if any(s.deadline_jobs for s in summaries):
+        headers.append(f"best-effort avg JCT ({unit})")
+        for row, s in zip(rows, summaries, strict=True):
+            row.append(_num(s.jct_best_effort_avg_s / scale))
     return table(headers, rows)
 
 

@@ -32,7 +32,8 @@ JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
-    " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to"
+    " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
+    " deadline_admitted, deadline_reason"
 )
 # Entering these ends an attempt's run: its GPU time is added up and the run recorded.
 _RUN_ENDS = frozenset({JobState.PENDING, JobState.CHECKPOINTED, *TERMINAL})
@@ -60,8 +61,8 @@ async def submit(
         WITH j AS (
             INSERT INTO jobs (id, user_name, name, queue, priority, kind, spec, state,
                               gpus, cpus, memory_mib, gpu_memory_mib, idempotency_key,
-                              estimated_runtime_s)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13)
+                              estimated_runtime_s, deadline)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13, $14)
             ON CONFLICT (user_name, idempotency_key) DO NOTHING
             RETURNING {JOB_COLUMNS}
         ), e AS (
@@ -83,6 +84,7 @@ async def submit(
         spec.gpu_memory_mib,
         idempotency_key,
         spec.estimated_runtime_s,
+        spec.deadline,
     )
     if row is not None:
         return row, True
@@ -141,7 +143,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
-        " estimated_runtime_s, attained_gpu_s, pin_node_id"
+        " estimated_runtime_s, attained_gpu_s, pin_node_id,"
+        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -159,6 +162,7 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
+        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
         " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
         [s.value for s in HOLDS_RESOURCES],
@@ -428,6 +432,19 @@ async def record_progress(
     )
 
 
+async def decide_deadline(pool: asyncpg.Pool, job_id: str, admitted: bool, reason: str) -> bool:
+    """Record the policy's answer on a job's deadline; False if the job is gone or ended."""
+    done = await pool.execute(
+        "UPDATE jobs SET deadline_admitted = $2, deadline_reason = $3"
+        " WHERE id = $1 AND deadline IS NOT NULL AND NOT (state = ANY($4::text[]))",
+        job_id,
+        admitted,
+        reason,
+        [s.value for s in TERMINAL],
+    )
+    return bool(done != "UPDATE 0")
+
+
 def spec_of(row: asyncpg.Record) -> JobSpec:
     return msgspec.convert(row["spec"], JobSpec)
 
@@ -467,6 +484,12 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
     if row["resize_to"] is not None:
         out["resizing_to"] = row["resize_to"]
     out["gpus"] = row["gpus"]  # the spec's, or what a resize made it
+    if row["deadline"] is not None:
+        out["deadline"] = {
+            "at": _iso(row["deadline"]),
+            "guaranteed": row["deadline_admitted"],  # None: not decided yet
+            "reason": row["deadline_reason"],
+        }
     return out
 
 

@@ -418,3 +418,23 @@ def test_every_profile_replays_a_small_mixed_trace() -> None:
         summary = summarize(simulate(jobs, "2x4", name))
         assert summary.finished == 40, name
         assert 0 < summary.allocation_avg <= 1
+
+
+def test_chronus_guarantees_a_deadline_fifo_would_miss_and_records_its_answers() -> None:
+    # A long best-effort job holds the only GPU; a short job due soon arrives behind it.
+    jobs = [
+        job("long", 0, 10_000),
+        job("due", 1_500, 600, deadline=3_000),
+        job("hopeless", 1_500, 5_000, deadline=3_000),
+    ]
+    fifo = summarize(simulate(jobs, "1x1", "fifo"))
+    assert fifo.deadline_missed == 2
+    result = simulate(jobs, "1x1", "chronus")
+    chronus = summarize(result)
+    assert chronus.actions["AdmitDeadline"] == 1 and chronus.actions["RefuseDeadline"] == 1
+    # `long` has run its 20-minute lease: the guaranteed job preempts it, and meets its
+    # deadline; the refused one waits as best-effort (SRTF puts it before `long`).
+    start, finish = by_id(result)["due"]
+    assert start == 1_500 and finish == 2_100
+    assert chronus.deadline_missed == 1 and chronus.preemptions == 1
+    assert by_id(result)["hopeless"][0] == 2_100

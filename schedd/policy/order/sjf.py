@@ -9,8 +9,4 @@ from schedd.policy.view import View
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
-    def remaining(job: PendingJob) -> tuple[float, float, str]:
-        done = job.attained_s / job.request.gpus if job.request.gpus else 0.0
-        return (max(view.estimate(job) - done, 0.0), job.submitted_at, job.job_id)
-
-    return iter(sorted(pending, key=remaining))
+    return iter(sorted(pending, key=lambda j: (view.remaining(j), j.submitted_at, j.job_id)))

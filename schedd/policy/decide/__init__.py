@@ -1,0 +1,1 @@
+"""Decide plugins: what a cycle settles once, before any job is considered."""

@@ -1,0 +1,60 @@
+"""Which deadlines are guaranteed (Chronus's admission), decided once per job.
+
+Every pending job with a deadline and no answer yet is decided together with the jobs
+already guaranteed, by `deadline_admission` (a MILP); the answers go out as
+`AdmitDeadline` actions for the shell to record, and into the view for this cycle's
+order and make-room plugins (`admitted`). With no job waiting for an answer nothing is
+solved: guarantees stand until the next decision.
+"""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Action, AdmitDeadline
+from schedd.policy.deadline_admission import DeadlineJob
+from schedd.policy.deadline_admission import decide as solve
+from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.view import View
+
+_KEY = ("deadline_admitted",)
+
+
+def admitted(job: PendingJob | PlacedJob, view: View) -> bool:
+    """Whether the job's deadline is guaranteed, this cycle's decisions included."""
+    if job.deadline is None:
+        return False
+    decided: dict[str, bool] = view.memo.get(_KEY, {})  # type: ignore[assignment]
+    return decided.get(job.job_id, job.deadline_admitted) is True
+
+
+def decide(view: View) -> list[Action]:
+    snapshot = view.snapshot
+    undecided = [
+        j for j in snapshot.pending if j.deadline is not None and j.deadline_admitted is None
+    ][: view.settings.deadline_decisions]
+    if not undecided:
+        return []
+    held: list[PendingJob | PlacedJob] = [*snapshot.placed, *snapshot.pending]
+    committed = [j for j in held if j.deadline_admitted and j.deadline is not None]
+    jobs = [_deadline_job(j, view, committed=True) for j in committed]
+    jobs += [_deadline_job(j, view, committed=False) for j in undecided]
+    decisions = solve(jobs, view.total.gpus, view.now, view.settings.deadline_efficiency)
+    actions: list[Action] = []
+    record: dict[str, bool] = {}
+    for job in (*committed, *undecided):
+        decision = decisions[job.job_id]
+        if decision.admitted != job.deadline_admitted:
+            actions.append(AdmitDeadline(job.job_id, decision.admitted, decision.reason))
+            record[job.job_id] = decision.admitted
+    view.memo[_KEY] = record
+    return actions
+
+
+def _deadline_job(job: PendingJob | PlacedJob, view: View, committed: bool) -> DeadlineJob:
+    assert job.deadline is not None
+    return DeadlineJob(
+        job_id=job.job_id,
+        gpus=job.request.gpus,
+        remaining_s=view.remaining(job) if job.estimate_s is not None else None,
+        deadline=job.deadline,
+        committed=committed,
+    )

@@ -1,0 +1,80 @@
+"""Chronus live: a deadline answered at submission, a guaranteed job preempting a
+best-effort one to start, and deadlines refused with the reason, through curl."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.e2e.cluster import Cluster, wait_until
+
+pytestmark = pytest.mark.e2e
+
+CHRONUS = """
+policy = "chronus"
+[profiles.chronus.settings]
+min_run_s = 0
+"""
+
+
+def in_minutes(minutes: float) -> str:
+    return (datetime.now(UTC) + timedelta(minutes=minutes)).isoformat()
+
+
+def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> None:
+    cluster.extra_schedd_config = CHRONUS
+    cluster.start_schedd()
+    cluster.start_agent("node-a", gpus=2)
+    alice = cluster.token("alice")
+
+    best_effort = cluster.submit(alice, script="sleep 300", gpus=2, estimated_runtime_s=36000)
+    cluster.wait_state(alice, best_effort, "running")
+    assert "deadline" not in cluster.job(alice, best_effort)
+
+    # 2 GPUs x 25 min fit in 0.9 x 2 GPUs x 30 min: guaranteed, in the POST's answer.
+    slo = {"script": "sleep 300", "gpus": 2, "estimated_runtime_s": 1500}
+    answer = cluster.curl(
+        "POST", "/v1/jobs", alice, {"name": "a", **slo, "deadline": in_minutes(30)}
+    )
+    assert answer.status == 201, answer.text
+    assert answer.body["deadline"]["guaranteed"] is True, answer.body
+    assert answer.body["deadline"]["reason"].startswith("guaranteed: 0.8 GPU-h fit")
+    guaranteed = answer.body["id"]
+
+    # It may not wait behind the best-effort job: that one is preempted and queued again.
+    cluster.wait_state(alice, guaranteed, "running")
+    cluster.wait_state(alice, best_effort, "pending")
+
+    # 10 more GPU-minutes by the same time do not fit beside the guarantee.
+    squeezed = cluster.curl(
+        "POST", "/v1/jobs", alice,
+        {"name": "c", "script": "sleep 300", "gpus": 1, "estimated_runtime_s": 600,
+         "deadline": in_minutes(30)},
+    )  # fmt: skip
+    assert squeezed.body["deadline"]["guaranteed"] is False, squeezed.body
+    assert "guaranteed jobs leave" in squeezed.body["deadline"]["reason"]
+
+    # A job that could not make it even alone is told so.
+    hopeless = cluster.curl(
+        "POST", "/v1/jobs", alice,
+        {"name": "d", "script": "true", "gpus": 1, "estimated_runtime_s": 7200,
+         "deadline": in_minutes(30)},
+    )  # fmt: skip
+    refused = hopeless.body["deadline"]
+    assert refused["guaranteed"] is False
+    assert refused["reason"].startswith("cannot finish in time even alone: needs 120 min")
+    # Refused deadlines stay queued, as best-effort jobs, and GET says why.
+    shown = cluster.job(alice, hopeless.body["id"])
+    assert shown["state"] == "pending" and shown["deadline"] == refused
+
+    def logged() -> set[str] | None:
+        lines = [json.loads(x) for x in cluster.log("schedd").splitlines() if x.startswith("{")]
+        said = {e["event"] for e in lines if e.get("event", "").startswith("deadline")}
+        return said if len(said) == 2 else None
+
+    assert wait_until(logged, what="deadline decisions logged") == {
+        "deadline guaranteed",
+        "deadline not guaranteed",
+    }

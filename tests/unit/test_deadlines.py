@@ -1,0 +1,197 @@
+"""Chronus: deadline admission by MILP, guaranteed jobs first, their preemptions, and
+consolidated placement, on hand-built snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from schedd.policy.actions import AdmitDeadline, Plan
+from schedd.policy.deadline_admission import DeadlineJob, decide
+from schedd.policy.place.consolidate import rounded
+from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+
+H = 3600.0
+
+
+def slo(job: DeadlineJob | None = None, **kw: object) -> DeadlineJob:
+    fields: dict[str, object] = {
+        "job_id": "j",
+        "gpus": 1,
+        "remaining_s": H,
+        "deadline": 2 * H,
+        "committed": False,
+    }
+    fields.update(kw)
+    return DeadlineJob(**fields)  # type: ignore[arg-type]
+
+
+# ---- the admission program --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job", "capacity", "words"),
+    [
+        (slo(remaining_s=None), 8, "no run-time estimate"),
+        (slo(gpus=16), 8, "asks for 16 GPUs; the cluster has 8"),
+        (slo(remaining_s=3 * H), 8, "cannot finish in time even alone: needs 180 min"),
+    ],
+)
+def test_a_job_that_could_never_make_it_is_refused_with_the_reason(
+    job: DeadlineJob, capacity: int, words: str
+) -> None:
+    decision = decide([job], capacity, 0.0, 1.0)["j"]
+    assert not decision.admitted
+    assert words in decision.reason
+
+
+def test_the_program_admits_more_jobs_than_earliest_deadline_first_would() -> None:
+    # One 8-GPU hour due first fills the cluster up to the second deadline; taking it
+    # leaves room for nothing else, leaving it out admits the two later jobs instead.
+    jobs = [
+        slo(job_id="big", gpus=8, remaining_s=H, deadline=1.0 * H),
+        slo(job_id="x", gpus=4, remaining_s=H, deadline=1.0 * H + 1),
+        slo(job_id="y", gpus=4, remaining_s=H, deadline=1.0 * H + 2),
+    ]
+    decisions = decide(jobs, 8, 0.0, 1.0)
+    assert {j for j, d in decisions.items() if d.admitted} == {"x", "y"}
+    assert "guaranteed jobs leave 0.0 GPU-h" in decisions["big"].reason
+
+
+def test_a_guarantee_given_outweighs_every_newcomer() -> None:
+    jobs = [
+        slo(job_id="kept", gpus=8, remaining_s=H, deadline=H, committed=True),
+        slo(job_id="a", gpus=4, remaining_s=H, deadline=H + 1),
+        slo(job_id="b", gpus=4, remaining_s=H, deadline=H + 2),
+    ]
+    decisions = decide(jobs, 8, 0.0, 1.0)
+    assert decisions["kept"].admitted
+    assert not decisions["a"].admitted and not decisions["b"].admitted
+
+
+def test_a_guarantee_the_cluster_can_no_longer_keep_is_withdrawn() -> None:
+    jobs = [slo(job_id="kept", gpus=8, remaining_s=H, deadline=H, committed=True)]
+    decision = decide(jobs, 4, 0.0, 1.0)["kept"]  # half the cluster went away
+    assert not decision.admitted
+    assert decision.reason == "guarantee withdrawn: asks for 8 GPUs; the cluster has 4"
+
+
+def test_efficiency_keeps_room_for_fragmentation() -> None:
+    job = slo(gpus=8, remaining_s=H, deadline=H)
+    assert decide([job], 8, 0.0, 1.0)["j"].admitted
+    assert not decide([job], 8, 0.0, 0.9)["j"].admitted
+
+
+def test_admission_is_the_same_every_time() -> None:
+    jobs = [
+        slo(
+            job_id=str(i), gpus=1 + i % 8, remaining_s=600.0 * (1 + i % 7), deadline=H * (1 + i % 5)
+        )
+        for i in range(60)
+    ]
+    first = decide(jobs, 16, 0.0, 0.9)
+    assert any(d.admitted for d in first.values())
+    assert any(not d.admitted for d in first.values())
+    assert decide(list(reversed(jobs)), 16, 0.0, 0.9) == first
+
+
+# ---- the chronus profile --------------------------------------------------------
+
+
+def with_deadline(job: object, deadline: float, admitted: bool | None = None) -> object:
+    return dataclasses.replace(job, deadline=deadline, deadline_admitted=admitted)  # type: ignore[type-var]
+
+
+def decisions(plan: Plan) -> dict[str, bool]:
+    return {a.job_id: a.admitted for a in plan.actions if isinstance(a, AdmitDeadline)}
+
+
+def test_a_new_deadline_is_decided_once_and_the_answer_goes_out_as_an_action() -> None:
+    n = node("a", 8)
+    ok = with_deadline(pending("ok", 4, estimate_s=H), 2 * H)
+    late = with_deadline(pending("late", 1, estimate_s=3 * H), 2 * H)
+    plan = run("chronus", snapshot([n], [ok, late]))  # type: ignore[list-item]
+    assert decisions(plan) == {"ok": True, "late": False}
+    decided = [with_deadline(ok, 2 * H, True), with_deadline(late, 2 * H, False)]
+    assert decisions(run("chronus", snapshot([n], decided))) == {}  # type: ignore[arg-type]
+
+
+def test_urgent_guarantees_go_first_then_shortest_remaining_time() -> None:
+    n = node("a", 2)
+    # 30 minutes of slack, under two 20-minute leases: it may not wait behind anyone.
+    urgent = with_deadline(pending("urgent", 1, estimate_s=5 * H, at=3.0), 5.5 * H, True)
+    # Hours of slack: it takes its turn by remaining time, like everyone else.
+    relaxed = with_deadline(pending("relaxed", 1, estimate_s=2 * H, at=4.0), 10 * H, True)
+    short = pending("short", 1, estimate_s=600.0, at=2.0)
+    longer = pending("longer", 1, estimate_s=H, at=1.0)
+    jobs = [longer, short, urgent, relaxed]
+    plan = run("chronus", snapshot([n], jobs))  # type: ignore[arg-type]
+    assert set(launches(plan)) == {"urgent", "short"}
+    assert plan.waiting["longer"].code == plan.waiting["relaxed"].code == "no_capacity"
+
+
+def test_a_guaranteed_job_preempts_a_job_without_a_guarantee_past_its_lease() -> None:
+    n = node("a", 4)
+    running = [
+        placed("be-old", n, [0, 1], started_at=0.0, estimate_s=10 * H),
+        placed("be-young", n, [2], started_at=5000.0, estimate_s=10 * H),
+        with_deadline(
+            placed("slo-running", n, [3], started_at=0.0, estimate_s=10 * H), 20 * H, True
+        ),
+    ]
+    job = with_deadline(pending("slo", 2, estimate_s=H), 3 * H, True)
+    plan = run("chronus", snapshot([n], [job], running), now=5400.0)  # type: ignore[arg-type,list-item]
+    # be-young is inside its 20-minute lease; the guaranteed job is never a victim.
+    assert preempted(plan) == {"be-old"}
+    assert plan.waiting["slo"].code == "preempting"
+
+
+def test_guaranteed_jobs_with_slack_to_spare_make_way_for_one_without() -> None:
+    n = node("a", 4)
+    relaxed = [
+        with_deadline(placed(f"r{i}", n, [i], started_at=0.0, estimate_s=H), 30 * H, True)
+        for i in range(3)
+    ]
+    tight = with_deadline(placed("t", n, [3], started_at=0.0, estimate_s=2 * H), 3 * H, True)
+    job = with_deadline(pending("gang", 4, estimate_s=H), 2 * H, True)
+    plan = run("chronus", snapshot([n], [job], [*relaxed, tight]), now=1800.0)  # type: ignore[list-item]
+    # The gang needs the whole node, and `t` cannot wait an hour: nobody is preempted.
+    assert preempted(plan) == set()
+    plan = run(
+        "chronus",
+        snapshot([n, node("b", 4)], [job], [*relaxed, tight]),  # type: ignore[list-item]
+        now=1800.0,
+    )
+    assert launches(plan)["gang"].shards[0].node_id == "b"  # room elsewhere: no victims
+    two = [pending("gang2", 3, estimate_s=H)]
+    plan = run(
+        "chronus",
+        snapshot([n], [with_deadline(two[0], 2 * H, True)], [*relaxed, tight]),  # type: ignore[list-item]
+        now=1800.0,
+    )
+    assert preempted(plan) == {"r0", "r1", "r2"}  # 3 GPUs from jobs that can wait
+
+
+def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
+    n = node("a", 2)
+    running = [placed("be", n, [0, 1], started_at=0.0, estimate_s=10 * H)]
+    job = with_deadline(pending("refused", 2, estimate_s=H), 3 * H, False)
+    plan = run("chronus", snapshot([n], [job], running), now=5400.0)  # type: ignore[list-item]
+    assert preempted(plan) == set()
+    assert plan.waiting["refused"].code == "no_capacity"
+
+
+@pytest.mark.parametrize(("gpus", "block"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 16)])
+def test_gpu_counts_round_up_to_1_2_4_or_8n(gpus: int, block: int) -> None:
+    assert rounded(gpus) == block
+
+
+def test_consolidation_keeps_a_job_inside_one_aligned_block() -> None:
+    n = node("a", 8)
+    held = [placed("x", n, [1, 2, 3, 4])]  # free: 0, 5, 6, 7
+    plan = run("chronus", snapshot([n], [pending("j", 2, estimate_s=H)], held))
+    (shard,) = launches(plan)["j"].shards
+    assert shard.gpu_uuids == ("a-g6", "a-g7")  # not 0 and 5, across two pairs
+    best_fit = launches(run("sjf", snapshot([n], [pending("j", 2, estimate_s=H)], held)))
+    assert best_fit["j"].shards[0].gpu_uuids == ("a-g0", "a-g5")
