@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from schedd import api_controls, job_controls, queue_report
+from schedd import api_controls, estimate_report, job_controls, queue_report
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.problems import Problem, invalid, not_found, unauthorized
@@ -86,6 +86,7 @@ class Api:
                 f"/v1/jobs/{{job_id}}/{{control:{'|'.join(api_controls.ACTIONS)}}}", self.control
             ),
             web.get("/v1/jobs/{job_id}/logs", self.logs),
+            web.get("/v1/estimates/{job_id}", self.estimates),
             web.get("/v1/nodes", self.list_nodes),
             web.get("/v1/queues", self.list_queues),
             web.get("/v1/agents/ws", self.hub.handle),
@@ -225,6 +226,11 @@ class Api:
         if row is None or (row["user_name"] != principal.user and not principal.is_admin):
             raise not_found(f"job {job_id}")
         return row
+
+    async def estimates(self, request: web.Request) -> web.Response:
+        row = await self._own_job(request)
+        sched = self.scheduler
+        return respond(estimate_report.report(row, sched.estimator, sched.estimator_trained_at))
 
     async def get_job(self, request: web.Request) -> web.Response:
         row = await self._own_job(request)

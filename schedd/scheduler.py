@@ -17,6 +17,9 @@ import asyncpg
 
 from schedd import policy_config
 from schedd.cached_read import CachedRead
+from schedd.estimator.examples import example
+from schedd.estimator.features import Features, features
+from schedd.estimator.forest import Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Wait
@@ -50,6 +53,9 @@ USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this of
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
+# The resource estimator is trained again this often, in a thread, when jobs finished.
+ESTIMATOR_RETRAIN_S = 300.0
+ESTIMATOR_JOBS = 5000  # the most recent succeeded jobs it learns from
 # A preemption is in flight from its commit until the victim's exit, at most its kill
 # grace and this long: beyond that its node is taken to be away, and holds nothing back.
 PREEMPT_SETTLE_S = 5.0
@@ -103,6 +109,11 @@ class Scheduler:
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
         self._deadline_waiters: dict[str, asyncio.Future[None]] = {}
+        self.estimator: Estimator | None = None
+        self.estimator_trained_at: float | None = None
+        self._estimator_seen: tuple[int, str | None] = (0, None)
+        self._training = asyncio.Lock()
+        self._predicted: dict[str, tuple[Estimator, float]] = {}  # job id -> run time
         self.cycles = 0
 
     def wake(self) -> None:
@@ -128,7 +139,35 @@ class Scheduler:
         wait = self.waiting.get(job_id) or self._beyond
         return wait or Wait("not_considered", "not yet considered by the scheduler")
 
+    async def train_estimator(self) -> Estimator | None:
+        """Train the resource estimator on the latest succeeded jobs, if any finished
+        since the last training (in a thread: it is CPU work)."""
+        async with self._training:  # one training at a time; a second caller waits
+            rows = await jobs.finished_for_estimates(self.pool, ESTIMATOR_JOBS)
+            seen = (len(rows), rows[0]["id"] if rows else None)
+            if seen == self._estimator_seen:
+                return self.estimator
+            examples = [example(r) for r in rows]
+            trained = await asyncio.to_thread(Estimator.train, examples)
+            self.estimator, self.estimator_trained_at = trained, time.time()
+            self._estimator_seen = seen
+        log.info(
+            "resource estimator trained",
+            jobs=len(examples),
+            targets=sorted(trained.models),
+        )
+        return trained
+
+    async def _retrain(self) -> None:
+        while True:
+            try:
+                await self.train_estimator()
+            except (asyncpg.PostgresError, OSError) as exc:
+                log.warning("training the resource estimator failed", error=str(exc))
+            await asyncio.sleep(ESTIMATOR_RETRAIN_S)
+
     async def run(self) -> None:
+        self.hub.supervisor.spawn(self._retrain(), name="resource estimator")
         while True:
             timeout = self._timeout()
             if timeout is None:
@@ -254,8 +293,10 @@ class Scheduler:
         usage = await self.usage()
         service = await self._service.get()
         estimates = await self._history([*placed_rows, *pending_rows])
+        await self._predict([*placed_rows, *pending_rows])
+        predicted = self._predicted
         now = time.time()
-        placed = tuple(_placed(r, now, _estimate(r, estimates)) for r in placed_rows)
+        placed = tuple(_placed(r, now, _estimate(r, estimates, predicted)) for r in placed_rows)
         self._in_flight = tuple(
             r["id"]
             for r in placed_rows
@@ -271,7 +312,7 @@ class Scheduler:
                 request=_request(r),
                 submitted_at=r["submitted_s"],
                 name=r["name"],
-                estimate_s=_estimate(r, estimates),
+                estimate_s=_estimate(r, estimates, predicted),
                 attained_s=r["attained_gpu_s"],
                 deadline=r["deadline_s"],
                 deadline_admitted=r["deadline_admitted"],
@@ -314,6 +355,30 @@ class Scheduler:
             (r["gpu_s"] for r in rows if not r["finished"]),
         )
 
+    async def _predict(self, rows: list[asyncpg.Record]) -> None:
+        """Run times predicted for the jobs without a spec estimate, each once per
+        training (a spec never changes), in one batch; a big one in a thread."""
+        forest = self.estimator
+        if forest is None or "run_time_s" not in forest.models:
+            return
+        todo = [
+            r
+            for r in rows
+            if r["estimated_runtime_s"] is None
+            and ((hit := self._predicted.get(r["id"])) is None or hit[0] is not forest)
+        ]
+        if len(self._predicted) + len(todo) > ESTIMATE_CACHE_MAX:
+            self._predicted.clear()
+        if not todo:
+            return
+        batch = [row_features(r) for r in todo]
+        if len(batch) > PLAN_IN_THREAD_ABOVE:
+            values = await asyncio.to_thread(forest.run_times, batch)
+        else:
+            values = forest.run_times(batch)
+        for row, value in zip(todo, values or (), strict=False):
+            self._predicted[row["id"]] = (forest, value)
+
     async def _history(self, rows: list[asyncpg.Record]) -> dict[tuple[str, str], float | None]:
         """Mean run times of earlier jobs of the same user and name, for jobs with no estimate."""
         now = time.monotonic()
@@ -342,11 +407,32 @@ def _explain_deferred(plan: Plan, in_flight: tuple[str, ...]) -> None:
             plan.waiting[job_id] = wait
 
 
-def _estimate(row: asyncpg.Record, history: dict[tuple[str, str], float | None]) -> float | None:
+def _estimate(
+    row: asyncpg.Record,
+    history: dict[tuple[str, str], float | None],
+    predicted: dict[str, tuple[Estimator, float]],
+) -> float | None:
+    """The spec's estimate, else the resource estimator's, else the user's history."""
     given: float | None = row["estimated_runtime_s"]
     if given is not None:
         return given
+    forest = predicted.get(row["id"])
+    if forest is not None:
+        return forest[1]
     return history.get((row["user_name"], row["name"]))
+
+
+def row_features(row: asyncpg.Record) -> Features:
+    return features(
+        user=row["user_name"],
+        name=row["name"],
+        queue=row["queue"],
+        gpus=row["gpus"],
+        cpus=row["cpus"],
+        memory_mib=row["memory_mib"],
+        iterations=row["iterations"],
+        labels=dict(row["labels"] or {}),
+    )
 
 
 def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJob:

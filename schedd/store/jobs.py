@@ -144,7 +144,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
         " estimated_runtime_s, attained_gpu_s, pin_node_id,"
-        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted"
+        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
+        " spec->'labels' AS labels, (spec->>'iterations')::bigint AS iterations"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -163,6 +164,7 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
         " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
+        " spec->'labels' AS labels, (spec->>'iterations')::bigint AS iterations,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
         " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
         [s.value for s in HOLDS_RESOURCES],
@@ -429,6 +431,17 @@ async def record_progress(
         job_id,
         attempt,
         progress,
+    )
+
+
+async def finished_for_estimates(pool: asyncpg.Pool, last: int) -> list[asyncpg.Record]:
+    """The last `last` succeeded jobs, with what they took, for the resource estimator."""
+    return await pool.fetch(
+        "SELECT id, user_name, name, queue, gpus, spec, attained_gpu_s, gpu_memory_peak_mib,"
+        " gpu_util_samples, gpu_util_sum, gpu_util_sumsq,"
+        " extract(epoch FROM finished_at - started_at)::float8 AS wall_s"
+        " FROM jobs WHERE state = 'succeeded' ORDER BY finished_at DESC LIMIT $1",
+        last,
     )
 
 

@@ -51,11 +51,33 @@ async def disconnect_all(pool: asyncpg.Pool) -> None:
 
 
 async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
-    await pool.executemany(
-        "UPDATE gpus SET utilization_pct = $2, memory_used_mib = $3, updated_at = now()"
-        " WHERE uuid = $1",
-        [(s.uuid, s.utilization_pct, s.memory_used_mib) for s in samples],
-    )
+    """The GPUs' last samples, and each running job's usage so far: the peak memory on
+    any of its GPUs, and its GPUs' utilisation averaged into one sample per report."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.executemany(
+            "UPDATE gpus SET utilization_pct = $2, memory_used_mib = $3, updated_at = now()"
+            " WHERE uuid = $1",
+            [(s.uuid, s.utilization_pct, s.memory_used_mib) for s in samples],
+        )
+        await conn.execute(
+            """
+            WITH s AS (
+                SELECT j.id, max(s.mem) AS mem, avg(s.util)::float8 AS util
+                FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
+                JOIN jobs j ON j.state = 'running' AND s.uuid = ANY(j.gpu_uuids)
+                GROUP BY j.id
+            )
+            UPDATE jobs j SET
+                gpu_memory_peak_mib = greatest(coalesce(j.gpu_memory_peak_mib, 0), s.mem),
+                gpu_util_samples = j.gpu_util_samples + 1,
+                gpu_util_sum = j.gpu_util_sum + s.util,
+                gpu_util_sumsq = j.gpu_util_sumsq + s.util * s.util
+            FROM s WHERE j.id = s.id
+            """,
+            [s.uuid for s in samples],
+            [s.utilization_pct for s in samples],
+            [s.memory_used_mib for s in samples],
+        )
 
 
 async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:

@@ -9,25 +9,32 @@ history to learn from yet, this is 2D-LAS preemption (`make_room.las`).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import bisect
 
+from schedd.policy.gittins import GittinsTable
+from schedd.policy.kept import Kept
 from schedd.policy.make_room import las
-from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims, protection_ends
+from schedd.policy.make_room.victims import (
+    Eviction,
+    PlaceFn,
+    fewest_victims,
+    placed_by_queue,
+    protection_ends,
+)
 from schedd.policy.order.gittins import rank, table
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
 
-def _by_rank(view: View) -> dict[str, list[tuple[float, PlacedJob]]]:
-    """Per tenant queue, its placed jobs as (rank, job), lowest priority first."""
-    key = ("gittins_victims",)
+def _by_rank(view: View, queue: str) -> tuple[list[float], list[PlacedJob]]:
+    """The queue's placed jobs, lowest priority first (latest started first among
+    equals), and beside each its rank negated (ascending, for a binary search)."""
+    key = ("gittins_victims", queue)
     known = view.memo.get(key)
     if known is None:
-        ranked: dict[str, list[tuple[float, float, str, PlacedJob]]] = defaultdict(list)
-        for job in view.snapshot.placed:
-            ranked[job.queue].append((-rank(job, view), -view.started(job), job.job_id, job))
-        known = {q: [(-r, j) for r, _, _, j in sorted(jobs)] for q, jobs in ranked.items()}
-        view.memo[key] = known
+        jobs = placed_by_queue(view).get(queue, [])
+        ranked = sorted((-rank(j, view), -view.started(j), j.job_id, j) for j in jobs)
+        known = view.memo[key] = ([r for r, _, _, _ in ranked], [j for _, _, _, j in ranked])
     return known  # type: ignore[return-value]
 
 
@@ -35,15 +42,93 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if table(view) is None:
         return las.make_room(job, view, place)
     mine = rank(job, view)
-    memo = ("gittins", job.queue, mine, job.request)
-    if memo in view.memo:
-        return None  # found no victims earlier in this cycle; there are fewer now
-    ranked = [v for theirs, v in _by_rank(view).get(job.queue, ()) if theirs > mine]
+    # A job that found no victims leaves none for a job of the same request and a rank
+    # no better (its candidates are fewer), for the rest of the cycle: capacity only
+    # shrinks as the plan goes on.
+    memo = ("gittins", job.queue, job.request)
+    failed = view.memo.get(memo)
+    if isinstance(failed, float) and mine >= failed:
+        return None
+    negated, jobs = _by_rank(view, job.queue)
+    ranked = jobs[: bisect.bisect_left(negated, -mine)]  # those ranked below it
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
-        view.memo[memo] = None
+        view.memo[memo] = min(mine, failed) if isinstance(failed, float) else mine
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has the higher Gittins index")
+
+
+_best = Kept[dict[str, float]]()
+_crossing = Kept[tuple[float | None]]()
+
+
+def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
+    """Per tenant queue, the highest index waiting (the same object while it is equal)."""
+    pending = view.snapshot.pending
+    known = _best.get(pending, learned)
+    if known is None:
+        best: dict[str, float] = {}
+        for waiter in pending:
+            value = learned.index(waiter.attained_s)
+            if value > best.get(waiter.queue, 0.0):
+                best[waiter.queue] = value
+        previous = _best.last()
+        known = _best.put(previous if previous == best else best, pending, learned)
+    return known
+
+
+# Per running job (by id, the job held so that the id stays its own): the best waiting
+# index and table it was compared with, and when its index falls below that.
+_job_crossings: dict[int, tuple[PlacedJob, float, GittinsTable, float | None]] = {}
+
+
+def _next_crossing(view: View, learned: GittinsTable) -> float | None:
+    """When a running job's index next falls below the best waiting in its queue. A
+    running job whose service is counted from a fixed time (`attained_as_of`) gains
+    its GPU count per second, so that time is fixed while the job, the table and the
+    best waiting index stay the same: it is computed again only when one changes or
+    the time has passed."""
+    best = _best_waiting(view, learned)
+    placed = view.snapshot.placed
+    now = view.now
+    kept = _crossing.get(placed, best, learned)
+    if kept is not None and (kept[0] is None or kept[0] > now):
+        return kept[0]
+    steps: dict[str, tuple[int, ...]] = {}
+    known = dict(_job_crossings)
+    _job_crossings.clear()
+    earliest: float | None = None
+    fixed = True  # every time found is fixed: the answer holds until it passes
+    for job in placed:
+        waiting = best.get(job.queue)
+        if waiting is None or job.started_at is None or not job.stoppable:
+            continue
+        if job.request.gpus <= 0:
+            continue
+        hit = known.get(id(job))
+        if (
+            hit is not None
+            and hit[0] is job
+            and hit[1] == waiting
+            and hit[2] is learned
+            and (hit[3] is None or hit[3] > now)
+        ):
+            when = hit[3]
+        else:
+            if job.queue not in steps:
+                steps[job.queue] = learned.steps_below(waiting)
+            attained = view.attained(job)
+            at = learned.drops_below(attained, waiting, steps[job.queue])
+            when = None if at is None else now + (at - attained) / job.request.gpus
+        if job.attained_as_of is not None:
+            _job_crossings[id(job)] = (job, waiting, learned, when)
+        else:
+            fixed = False  # its service is as of now: `when` moves with the clock
+        if when is not None and (earliest is None or when < earliest):
+            earliest = when
+    if fixed:
+        _crossing.put((earliest,), placed, best, learned)
+    return earliest
 
 
 def recheck_at(view: View) -> float | None:
@@ -52,22 +137,5 @@ def recheck_at(view: View) -> float | None:
     learned = table(view)
     if learned is None:
         return las.recheck_at(view)
-    best: dict[str, float] = {}  # per tenant queue, the highest index waiting
-    for waiter in view.snapshot.pending:
-        best[waiter.queue] = max(best.get(waiter.queue, 0.0), learned.index(waiter.attained_s))
-    steps = {q: learned.steps_below(value) for q, value in best.items()}
-    times = []
-    for job in view.snapshot.placed:
-        waiting = best.get(job.queue)
-        if waiting is None or job.started_at is None or not job.stoppable:
-            continue
-        if job.request.gpus <= 0:
-            continue
-        attained = view.attained(job)
-        at = learned.drops_below(attained, waiting, steps[job.queue])
-        if at is not None:
-            times.append(view.now + (at - attained) / job.request.gpus)
-    ends = protection_ends(view)
-    if ends is not None:
-        times.append(ends)
+    times = [t for t in (_next_crossing(view, learned), protection_ends(view)) if t is not None]
     return min(times, default=None)

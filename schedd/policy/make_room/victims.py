@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from schedd.policy.placement import NoFit, Placement
+from schedd.policy.kept import Kept
+from schedd.policy.placement import NoFit, Placement, needs_spreading
 from schedd.policy.snapshot import PendingJob, PlacedJob, shard_requests
 from schedd.policy.view import View
 
@@ -42,6 +44,21 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
+_by_queue = Kept[dict[str, list[PlacedJob]]]()
+
+
+def placed_by_queue(view: View) -> dict[str, list[PlacedJob]]:
+    """The placed jobs of each tenant queue, in snapshot order."""
+    placed = view.snapshot.placed
+    known = _by_queue.get(placed)
+    if known is None:
+        known = {}
+        for job in placed:
+            known.setdefault(job.queue, []).append(job)
+        _by_queue.put(known, placed)
+    return known
+
+
 def by_work_at_risk(view: View) -> list[PlacedJob]:
     """Placed jobs, those that would lose the least work first (ties by job id)."""
     key = ("by_work_at_risk",)
@@ -52,18 +69,22 @@ def by_work_at_risk(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
+_protection = Kept[tuple[float, list[float]]]()
+
+
 def protection_ends(view: View) -> float | None:
     """The earliest time a running job, too young to preempt now, no longer is."""
-    key = ("protection_ends",)
-    if key not in view.memo:
-        min_run = view.settings.min_run_s
-        ends = [
-            j.started_at + min_run
-            for j in view.snapshot.placed
-            if j.started_at is not None and j.stoppable and j.started_at + min_run > view.now
-        ]
-        view.memo[key] = min(ends, default=None)
-    return view.memo[key]  # type: ignore[return-value]
+    placed = view.snapshot.placed
+    min_run = view.settings.min_run_s
+    known = _protection.get(placed)
+    if known is None or known[0] != min_run:
+        ends = sorted(
+            j.started_at + min_run for j in placed if j.started_at is not None and j.stoppable
+        )
+        known = _protection.put((min_run, ends), placed)
+    ends = known[1]
+    i = bisect.bisect_right(ends, view.now)
+    return ends[i] if i < len(ends) else None
 
 
 def fewest_victims(
@@ -79,31 +100,69 @@ def fewest_victims(
     if leaving and isinstance(_place_without(job, view, leaving, place), Placement):
         return ()
     eligible = [v for v in ranked if not protected(v, view)]
-    # The shortest prefix with enough GPUs in all, then the shortest that lets the job
-    # fit: a longer prefix frees more, so a fit found at k holds at every k after it,
-    # and a binary search finds the first in a few placements instead of one per victim.
-    freed = free_total + sum(j.request.gpus for j in leaving)
-    lo = None
-    for k, victim in enumerate(eligible, start=1):
-        freed += victim.request.gpus
-        if freed >= job.request.gpus:
-            lo = k
-            break
+    # A longer prefix frees more, so a fit found at k holds at every k after it. The
+    # first k at which GPU counts alone allow a fit is a lower bound, and usually the
+    # answer: one placement confirms it; otherwise a binary search above it finds the
+    # first fit in a few placements instead of one per victim.
+    lo = _enough_gpus_at(job, view, eligible, leaving, free_total)
     if lo is None:
         return None
-    hi = len(eligible)
-    found = _place_without(job, view, leaving + eligible[:hi], place)
+    found = _place_without(job, view, leaving + eligible[:lo], place)
+    hi = lo
     if not isinstance(found, Placement):
-        return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        placed = _place_without(job, view, leaving + eligible[:mid], place)
-        if isinstance(placed, Placement):
-            hi, found = mid, placed
-        else:
-            lo = mid + 1
+        hi = len(eligible)
+        found = _place_without(job, view, leaving + eligible, place)
+        if not isinstance(found, Placement):
+            return None
+        lo += 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            placed = _place_without(job, view, leaving + eligible[:mid], place)
+            if isinstance(placed, Placement):
+                hi, found = mid, placed
+            else:
+                lo = mid + 1
     used = {s.node_id for s in found.shards}
     return tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
+
+
+def _enough_gpus_at(
+    job: PendingJob,
+    view: View,
+    eligible: list[PlacedJob],
+    leaving: list[PlacedJob],
+    free_total: int,
+) -> int | None:
+    """The shortest prefix of `eligible` after whose release there are enough free GPUs
+    for the job, counting GPUs only: on one node for a job that fits on one, in all
+    for a gang spread over nodes."""
+    need = job.request.gpus
+    if needs_spreading(job, view):
+        freed = free_total + sum(j.request.gpus for j in leaving)
+        for k, victim in enumerate(eligible, start=1):
+            freed += victim.request.gpus
+            if freed >= need:
+                return k
+        return None
+    free: dict[str, int] = {}
+
+    def release(victim: PlacedJob) -> bool:
+        enough = False
+        for shard in victim.shards:
+            cap = view.capacity.get(shard.node_id)
+            if cap is None:
+                continue  # a node that is away
+            count = free.get(shard.node_id, len(cap.free_gpus)) + len(shard.gpu_uuids)
+            free[shard.node_id] = count
+            enough |= count >= need
+        return enough
+
+    for victim in leaving:
+        release(victim)
+    for k, victim in enumerate(eligible, start=1):
+        if release(victim):
+            return k
+    return None
 
 
 def _place_without(

@@ -10,17 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from schedd.policy.fairness import fair_path, fair_rank
-from schedd.policy.order.gittins import rank
+from schedd.policy.kept import Kept
+from schedd.policy.order.gittins import rank, table
 from schedd.policy.order.groups import serve_tree
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
+_sorted = Kept[list[PendingJob]]()
+
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
-    return serve_tree(
-        pending,
-        view,
-        fair_path,
-        fair_rank,
-        within=lambda j: (rank(j, view), -j.priority, j.submitted_at, j.job_id),
-    )
+    # A pending job's index is fixed (its service does not grow while it waits), so the
+    # order within groups holds while the pending jobs and the table are the same.
+    learned = table(view)
+    within = _sorted.get(pending, learned)
+    if within is None:
+        within = _sorted.put(
+            sorted(pending, key=lambda j: (rank(j, view), -j.priority, j.submitted_at, j.job_id)),
+            pending,
+            learned,
+        )
+    return serve_tree(within, view, fair_path, fair_rank, within=None)

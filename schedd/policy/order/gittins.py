@@ -9,6 +9,8 @@ for the distribution at hand. Until enough jobs have finished to learn from, it 
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Iterator, Sequence
 
 from schedd.policy.gittins import GittinsTable, table_for
@@ -29,7 +31,36 @@ def rank(job: PendingJob | PlacedJob, view: View) -> float:
     learned = table(view)
     if learned is None:
         return float(level(job, view))
+    if isinstance(job, PlacedJob) and job.attained_as_of is not None:
+        return _running_rank(job, view, learned)
     return -learned.index(view.attained(job))
+
+
+# Per running job (by id; the job held so that the id stays its own): its rank under a
+# table and until when it holds. The index is a step function of service and a running
+# job's service grows at its GPU count per second from `attained_as_of`, so the rank
+# holds until the next step; this is asked of every running job at every plan.
+_running: dict[int, tuple[PlacedJob, GittinsTable, float, float]] = {}
+_RUNNING_KEPT = 50_000  # entries kept before those of jobs gone are dropped
+
+
+def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
+    now = view.now
+    hit = _running.get(id(job))
+    if hit is not None and hit[0] is job and hit[1] is learned and now < hit[3]:
+        return hit[2]
+    attained = view.attained(job)
+    step = bisect.bisect_right(learned.points, attained)
+    value = -learned.indices[step - 1]
+    until = math.inf
+    if step < len(learned.points) and job.request.gpus > 0 and job.state == "running":
+        until = now + (learned.points[step] - attained) / job.request.gpus
+    if len(_running) >= _RUNNING_KEPT:
+        placed = {id(j) for j in view.snapshot.placed}
+        for key in [k for k in _running if k not in placed]:
+            del _running[key]
+    _running[id(job)] = (job, learned, value, until)
+    return value
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:

@@ -41,10 +41,11 @@ def serve_tree(
     view: View,
     path_of: PathFn,
     rank: RankFn,
-    within: Callable[[PendingJob], Any] = priority_key,
+    within: Callable[[PendingJob], Any] | None = priority_key,
 ) -> Iterator[PendingJob]:
+    """`within` orders a group's own jobs; None: `pending` is in that order already."""
     root = _Group()
-    for job in sorted(pending, key=within):
+    for job in pending if within is None else sorted(pending, key=within):
         node = root
         for key in path_of(job):
             child = node.children.get(key)

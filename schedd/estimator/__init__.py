@@ -1,0 +1,1 @@
+"""Resource estimation (Liquid): what a job will take, learned from the jobs that finished."""

@@ -1,0 +1,81 @@
+"""The resource estimator live: usage gathered from GPU samples, training on succeeded
+jobs in PostgreSQL, estimates in snapshots and in GET /v1/estimates/{job}."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from schedd.store import jobs, nodes, tokens
+from shared.model import JobSpec
+from shared.protocol import GpuSample
+from tests.integration.inprocess import start_schedd
+from tests.integration.test_queues_api import call
+
+
+def spec(model: str, **more: object) -> JobSpec:
+    return JobSpec(name="train", command=["true"], labels={"model": model}, **more)  # type: ignore[arg-type]
+
+
+def sample(uuid: str, util: int, memory: int) -> GpuSample:
+    return GpuSample(uuid=uuid, utilization_pct=util, memory_used_mib=memory)
+
+
+async def finished(pool: asyncpg.Pool, user: str, model: str, run_s: float) -> None:
+    row, _ = await jobs.submit(pool, user, spec(model), None)
+    await pool.execute(
+        "UPDATE jobs SET state = 'succeeded', attained_gpu_s = $2, started_at = now(),"
+        " finished_at = now() WHERE id = $1",
+        row["id"],
+        run_s,
+    )
+
+
+async def test_gpu_samples_add_up_to_a_running_jobs_usage(pool: asyncpg.Pool) -> None:
+    row, _ = await jobs.submit(pool, "alice", spec("bert", gpus=2), None)
+    other, _ = await jobs.submit(pool, "alice", spec("bert"), None)  # pending: untouched
+    await pool.execute(
+        "UPDATE jobs SET state = 'running', gpu_uuids = $2 WHERE id = $1", row["id"], ["g1", "g2"]
+    )
+    await nodes.record_samples(
+        pool, [sample("g1", 80, 1000), sample("g2", 60, 3000), sample("g9", 5, 5)]
+    )
+    await nodes.record_samples(pool, [sample("g1", 100, 2000)])
+    used = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", row["id"])
+    assert used["gpu_memory_peak_mib"] == 3000
+    assert used["gpu_util_samples"] == 2
+    assert used["gpu_util_sum"] == 170.0  # (80 + 60) / 2, then 100
+    assert used["gpu_util_sumsq"] == 70.0**2 + 100.0**2
+    idle = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", other["id"])
+    assert idle["gpu_memory_peak_mib"] is None and idle["gpu_util_samples"] == 0
+
+
+async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncpg.Pool) -> None:
+    alice = await tokens.create(pool, "alice", "user")
+    bob = await tokens.create(pool, "bob", "user")
+    for i in range(30):
+        await finished(pool, "alice", "resnet50", 3600.0 + i)
+        await finished(pool, "alice", "bert", 600.0 + i)
+    async with start_schedd(pool) as schedd:
+        scheduler = schedd.scheduler
+        status, body = await call(schedd, "POST", "/v1/jobs", alice, {
+            "name": "train", "command": ["true"], "labels": {"model": "bert"}})  # fmt: skip
+        assert status == 201, body
+        job_id = body["id"]
+        trained = await scheduler.train_estimator()
+        assert trained is not None and trained.trained_on == 60
+        assert await scheduler.train_estimator() is trained  # nothing new: kept
+
+        status, shown = await call(schedd, "GET", f"/v1/estimates/{job_id}", alice)
+        assert status == 200, shown
+        run = shown["estimates"]["run_time_s"]
+        assert 550 < run["value"] < 700, run
+        assert run["basis"].startswith("random forest of 50 trees on 60 finished jobs")
+        assert shown["estimates"]["gpu_memory_peak_mib"]["value"] is None
+        assert shown["used"]["source"] == "estimator"
+        assert (await call(schedd, "GET", f"/v1/estimates/{job_id}", bob))[0] == 404
+
+        # The scheduler plans with the same figure for a job with no estimate of its own.
+        rows = await jobs.pending(pool, 10)
+        await scheduler._predict(rows)
+        planned = scheduler._predicted[job_id][1]
+        assert abs(planned - run["value"]) < 1e-3 * run["value"]
