@@ -53,8 +53,6 @@ USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this of
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
-# The resource estimator is trained again this often, in a thread, when jobs finished.
-ESTIMATOR_RETRAIN_S = 300.0
 ESTIMATOR_JOBS = 5000  # the most recent succeeded jobs it learns from
 # A preemption is in flight from its commit until the victim's exit, at most its kill
 # grace and this long: beyond that its node is taken to be away, and holds nothing back.
@@ -113,6 +111,7 @@ class Scheduler:
         self.estimator_trained_at: float | None = None
         self._estimator_seen: tuple[int, str | None] = (0, None)
         self._training = asyncio.Lock()
+        self.estimator_retrain_s = config.estimator_retrain_s
         self._predicted: dict[str, tuple[Estimator, float]] = {}  # job id -> run time
         self.cycles = 0
 
@@ -164,10 +163,11 @@ class Scheduler:
                 await self.train_estimator()
             except (asyncpg.PostgresError, OSError) as exc:
                 log.warning("training the resource estimator failed", error=str(exc))
-            await asyncio.sleep(ESTIMATOR_RETRAIN_S)
+            await asyncio.sleep(self.estimator_retrain_s)
 
     async def run(self) -> None:
-        self.hub.supervisor.spawn(self._retrain(), name="resource estimator")
+        if self.estimator_retrain_s > 0:
+            self.hub.supervisor.spawn(self._retrain(), name="resource estimator")
         while True:
             timeout = self._timeout()
             if timeout is None:

@@ -124,6 +124,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jobs checkpoint every S seconds; a preemption loses the work since the last",
     )
     parser.add_argument(
+        "--estimates",
+        choices=("oracle", "history", "forest"),
+        help="where jobs' run-time estimates come from, for every profile (default: each"
+        " profile's own): the true run times, the mean of the user's finished jobs of the"
+        " same name, or the resource estimator trained on the jobs finished so far",
+    )
+    parser.add_argument(
         "--half-life",
         type=_positive_seconds,
         default=86_400.0,
@@ -189,6 +196,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         queues=queues,
     )
     profiles = [policy.profile(name) for name in names]
+    if args.estimates:
+        profiles = [dataclasses.replace(p, estimates=args.estimates) for p in profiles]
     shape = dataclasses.replace(args.cluster, nodes_per_rack=args.rack_size)
     try:
         runs = replay(trace, shape, profiles, options, locality)
@@ -198,6 +207,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     title = (
         f"{Path(args.trace).name} ({args.format}, {len(trace.jobs):,} jobs) "
         f"on {args.cluster} GPUs; times in {unit}"
+        + (f"; estimates: {args.estimates}" if args.estimates else "")
     )
     print(report.render([s for _, s in runs], unit, title), end="")
     if args.json:

@@ -142,7 +142,9 @@ async def test_the_snapshot_carries_queues_estimates_and_placed_jobs(pool: async
         placed,
     )
     queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2)}
-    async with start_schedd(pool, queues=queues) as schedd:
+    # The resource estimator off: run times from specs and history alone (its own test
+    # is test_estimates.py).
+    async with start_schedd(pool, queues=queues, estimator_retrain_s=0) as schedd:
         agent = await FakeAgent(schedd.server).connect(
             p.JobReport(job_id=placed, attempt=1, status="running"), hub=schedd.hub
         )
