@@ -200,7 +200,7 @@ BUILTIN: dict[str, ProfileSpec] = {
     # (least slack first, preempting jobs without a guarantee after a 20-minute lease),
     # everyone else by shortest remaining time; GPU counts placed as 1, 2, 4 or 8n.
     # Run times as Chronus's profiler measures them: the true ones in the simulator,
-    # the spec's estimated_runtime_s (else the user's history) live.
+    # the spec's estimated_runtime_s, else the resource estimator's, live.
     "chronus": ProfileSpec(
         order="deadline",
         place="consolidate",
