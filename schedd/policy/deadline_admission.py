@@ -76,7 +76,7 @@ def decide(
     chosen = _solve(feasible, due, demand, rate, now)
     # What guaranteed jobs leave by each checkpoint.
     slack = rate * (due - now) - demand[[chosen[j.job_id] for j in feasible]].sum(axis=0)
-    for job in feasible:
+    for i, job in enumerate(feasible):
         if chosen[job.job_id]:
             left = (job.deadline - now) / 60
             out[job.job_id] = Decision(
@@ -86,7 +86,7 @@ def decide(
             )
             continue
         # The tightest checkpoint it would load bounds what it could get.
-        row = demand[feasible.index(job)]
+        row = demand[i]
         room = float(np.min(slack[row > 0])) if row.any() else 0.0
         words = (
             f"needs {_hours(_work(job))} GPU-h before its deadline; guaranteed jobs leave"
