@@ -7,6 +7,7 @@ do not leak); an admin sees all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import UTC, datetime
@@ -178,8 +179,12 @@ class Api:
             self.scheduler.wake()
         undecided = spec.deadline is not None and row["deadline_admitted"] is None
         if undecided and self.scheduler.decides_deadlines:
-            await self.scheduler.deadline_decided(row["id"], DEADLINE_ANSWER_S)
-            row = await jobs.get(self.pool, row["id"]) or row
+            async with self.scheduler.deadline_answer(row["id"]) as answered:
+                row = await jobs.get(self.pool, row["id"]) or row
+                if row["deadline_admitted"] is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(answered), DEADLINE_ANSWER_S)
+                    row = await jobs.get(self.pool, row["id"]) or row
         headers = {"Location": f"/v1/jobs/{row['id']}"}
         if not created:
             headers["Idempotent-Replayed"] = "true"
@@ -230,7 +235,15 @@ class Api:
     async def estimates(self, request: web.Request) -> web.Response:
         row = await self._own_job(request)
         sched = self.scheduler
-        return respond(estimate_report.report(row, sched.estimator, sched.estimator_trained_at))
+        # Four forests' predictions: CPU work, off the event loop.
+        body = await asyncio.to_thread(
+            estimate_report.report,
+            row,
+            sched.estimator,
+            sched.estimator_trained_at,
+            sched.estimator_retrain_s > 0,
+        )
+        return respond(body)
 
     async def get_job(self, request: web.Request) -> web.Response:
         row = await self._own_job(request)

@@ -7,22 +7,26 @@ from typing import Any
 
 import asyncpg
 
-from schedd.estimator.features import of_spec
+from schedd.estimator.features import of_row
 from schedd.estimator.forest import TARGETS, Estimator
 from schedd.store import jobs
 
 
 def report(
-    row: asyncpg.Record, estimator: Estimator | None, trained_at: float | None
+    row: asyncpg.Record, estimator: Estimator | None, trained_at: float | None, enabled: bool
 ) -> dict[str, Any]:
     spec = jobs.spec_of(row)
     out: dict[str, Any] = {"job_id": row["id"]}
     if estimator is None:
         out["estimator"] = None
         out["estimates"] = {}
-        out["basis"] = "not trained yet: it learns from succeeded jobs once 20 have finished"
+        out["basis"] = (
+            "not trained yet: it learns from succeeded jobs once 20 have finished"
+            if enabled
+            else "the resource estimator is off (estimator_retrain_s = 0)"
+        )
     else:
-        predicted = estimator.predict(of_spec(row["user_name"], spec))
+        predicted = estimator.predict(of_row(row))
         out["estimator"] = {
             "trained_on": estimator.trained_on,
             "trained_at": datetime.fromtimestamp(trained_at or 0.0, UTC).isoformat(),

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -18,7 +19,7 @@ import asyncpg
 from schedd import policy_config
 from schedd.cached_read import CachedRead
 from schedd.estimator.examples import example
-from schedd.estimator.features import Features, features
+from schedd.estimator.features import of_row
 from schedd.estimator.forest import Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
@@ -48,6 +49,7 @@ log = logging.get("scheduler")
 # Above this many pending jobs the plan runs in a worker thread, so that a long plan
 # does not hold the event loop (websocket pings, API requests) for its whole length.
 PLAN_IN_THREAD_ABOVE = 2000
+PREDICT_IN_THREAD_ABOVE = 100  # about 2 ms of the forest's time
 USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this often
 # The distribution of run times the Gittins policies learn: it moves as jobs end.
 SERVICE_CACHE_S = 30.0
@@ -123,16 +125,20 @@ class Scheduler:
         """Whether the active profile guarantees deadlines (Chronus's admission)."""
         return self.profile.spec is not None and "deadlines" in self.profile.spec.decide
 
-    async def deadline_decided(self, job_id: str, timeout_s: float) -> None:
-        """Wait (at most `timeout_s`) for a cycle to decide the job's deadline."""
+    @contextlib.asynccontextmanager
+    async def deadline_answer(self, job_id: str) -> AsyncIterator[asyncio.Future[None]]:
+        """A future set when a cycle has decided the job's deadline. Registered before
+        the caller reads the job again, so that a decision between the two is not missed;
+        dropped when the caller is done (answered, timed out or gone)."""
         waiter = self._deadline_waiters.get(job_id)
         if waiter is None:
             waiter = self._deadline_waiters[job_id] = asyncio.get_running_loop().create_future()
         self.wake()
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except TimeoutError:
-            self._deadline_waiters.pop(job_id, None)  # decided later, or never: GET says
+            yield waiter
+        finally:
+            if self._deadline_waiters.get(job_id) is waiter:
+                del self._deadline_waiters[job_id]
 
     def why_pending(self, job_id: str) -> Wait:
         wait = self.waiting.get(job_id) or self._beyond
@@ -146,13 +152,12 @@ class Scheduler:
             seen = (len(rows), rows[0]["id"] if rows else None)
             if seen == self._estimator_seen:
                 return self.estimator
-            examples = [example(r) for r in rows]
-            trained = await asyncio.to_thread(Estimator.train, examples)
+            trained = await asyncio.to_thread(Estimator.train, [example(r) for r in rows])
             self.estimator, self.estimator_trained_at = trained, time.time()
             self._estimator_seen = seen
         log.info(
             "resource estimator trained",
-            jobs=len(examples),
+            jobs=len(rows),
             targets=sorted(trained.models),
         )
         return trained
@@ -161,7 +166,9 @@ class Scheduler:
         while True:
             try:
                 await self.train_estimator()
-            except (asyncpg.PostgresError, OSError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bad batch must not end retraining for good
                 log.warning("training the resource estimator failed", error=str(exc))
             await asyncio.sleep(self.estimator_retrain_s)
 
@@ -205,7 +212,8 @@ class Scheduler:
             self.last, self._busy, self._recheck_at = None, False, None
             return Plan()
         now = time.time()
-        if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE:
+        # Deadline admission solves a MILP: never on the event loop.
+        if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE or self.decides_deadlines:
             plan = await asyncio.to_thread(self.profile.plan, snapshot, now)
         else:
             plan = self.profile.plan(snapshot, now)
@@ -361,21 +369,20 @@ class Scheduler:
         forest = self.estimator
         if forest is None or "run_time_s" not in forest.models:
             return
+        if len(self._predicted) + len(rows) > ESTIMATE_CACHE_MAX:
+            self._predicted.clear()  # before choosing what to predict: none is lost
         todo = [
             r
             for r in rows
             if r["estimated_runtime_s"] is None
             and ((hit := self._predicted.get(r["id"])) is None or hit[0] is not forest)
         ]
-        if len(self._predicted) + len(todo) > ESTIMATE_CACHE_MAX:
-            self._predicted.clear()
         if not todo:
             return
-        batch = [row_features(r) for r in todo]
-        if len(batch) > PLAN_IN_THREAD_ABOVE:
-            values = await asyncio.to_thread(forest.run_times, batch)
+        if len(todo) > PREDICT_IN_THREAD_ABOVE:
+            values = await asyncio.to_thread(lambda: forest.run_times(list(map(of_row, todo))))
         else:
-            values = forest.run_times(batch)
+            values = forest.run_times([of_row(r) for r in todo])
         for row, value in zip(todo, values or (), strict=False):
             self._predicted[row["id"]] = (forest, value)
 
@@ -420,19 +427,6 @@ def _estimate(
     if forest is not None:
         return forest[1]
     return history.get((row["user_name"], row["name"]))
-
-
-def row_features(row: asyncpg.Record) -> Features:
-    return features(
-        user=row["user_name"],
-        name=row["name"],
-        queue=row["queue"],
-        gpus=row["gpus"],
-        cpus=row["cpus"],
-        memory_mib=row["memory_mib"],
-        iterations=row["iterations"],
-        labels=dict(row["labels"] or {}),
-    )
 
 
 def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJob:

@@ -13,7 +13,6 @@ from schedd.estimator.forest import Example
 def example(row: Mapping[str, Any]) -> Example:
     """A succeeded job's features and what it took: run seconds on its GPUs (its
     GPU-seconds over its GPU count, all attempts), peak GPU memory, and utilisation."""
-    spec = row["spec"]
     targets: dict[str, float] = {}
     if row["gpus"] > 0 and row["attained_gpu_s"] > 0:
         targets["run_time_s"] = row["attained_gpu_s"] / row["gpus"]
@@ -27,16 +26,4 @@ def example(row: Mapping[str, Any]) -> Example:
         targets["gpu_util_pct"] = mean
         if n > 1:
             targets["gpu_util_std_pct"] = math.sqrt(max(row["gpu_util_sumsq"] / n - mean**2, 0.0))
-    return Example(
-        feats.features(
-            user=row["user_name"],
-            name=row["name"],
-            queue=row["queue"],
-            gpus=row["gpus"],
-            cpus=float(spec.get("cpus", 1.0)),
-            memory_mib=int(spec.get("memory_mib", 1024)),
-            iterations=spec.get("iterations"),
-            labels=dict(spec.get("labels", {})),
-        ),
-        targets,
-    )
+    return Example(feats.of_row(row), targets)

@@ -8,6 +8,7 @@ category and as a number, so that the forest can split on it either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 Features = dict[str, float | str]
@@ -42,17 +43,23 @@ def features(
     return out
 
 
-def of_spec(user: str, spec: Any) -> Features:
-    """The features of a `shared.model.JobSpec` submitted by `user`."""
+def of_row(row: Mapping[str, Any]) -> Features:
+    """The features of a job as the store holds it: its columns (user_name, name,
+    queue, gpus, cpus, memory_mib; the GPU count is what a resize made it) and, from
+    `labels` and `iterations` columns where the query reads them or else from its
+    `spec`, its labels and iterations."""
+    spec = row.get("spec") or {}
+    labels = row["labels"] if "labels" in row else spec.get("labels")
+    iterations = row["iterations"] if "iterations" in row else spec.get("iterations")
     return features(
-        user=user,
-        name=spec.name,
-        queue=spec.queue,
-        gpus=spec.gpus,
-        cpus=spec.cpus,
-        memory_mib=spec.memory_mib,
-        iterations=spec.iterations,
-        labels=dict(spec.labels),
+        user=row["user_name"],
+        name=row["name"],
+        queue=row["queue"],
+        gpus=row["gpus"],
+        cpus=row["cpus"],
+        memory_mib=row["memory_mib"],
+        iterations=iterations,
+        labels=dict(labels or {}),
     )
 
 

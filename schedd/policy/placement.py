@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schedd.policy.snapshot import Node, PendingJob, Request, Shard
+from schedd.policy.snapshot import Gpu, Node, PendingJob, Request, Shard
 from schedd.policy.view import View
 
 
@@ -61,9 +61,7 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
     if request.node_id is not None and node_id != request.node_id:
         return f"not node {request.node_id}, where the job is to run"
     cap = view.capacity[node_id]
-    gpus = view.usable_gpus(node_id, job)
-    if request.gpu_memory_mib is not None:
-        gpus = [g for g in gpus if g.memory_mib >= request.gpu_memory_mib]
+    gpus = usable_for(view, node_id, job)
     if len(gpus) < request.gpus:
         if len(cap.free_gpus) >= request.gpus and view.reserved:
             holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
@@ -74,6 +72,14 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
     return tuple(g.uuid for g in sorted(gpus, key=lambda g: g.index)[: request.gpus])
+
+
+def usable_for(view: View, node_id: str, job: PendingJob) -> list[Gpu]:
+    """The node's free GPUs this job may take: not reserved for another, big enough."""
+    gpus = view.usable_gpus(node_id, job)
+    if job.request.gpu_memory_mib is not None:
+        gpus = [g for g in gpus if g.memory_mib >= job.request.gpu_memory_mib]
+    return gpus
 
 
 def candidates(view: View, gpus: int) -> Iterable[str]:

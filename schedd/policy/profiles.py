@@ -72,7 +72,7 @@ RECHECKS: dict[str, RecheckFn] = {
     "reclaim": protection_ends,
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
-    "deadline": protection_ends,
+    "deadline": deadline_preemption.recheck_at,
 }
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")

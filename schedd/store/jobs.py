@@ -437,7 +437,8 @@ async def record_progress(
 async def finished_for_estimates(pool: asyncpg.Pool, last: int) -> list[asyncpg.Record]:
     """The last `last` succeeded jobs, with what they took, for the resource estimator."""
     return await pool.fetch(
-        "SELECT id, user_name, name, queue, gpus, spec, attained_gpu_s, gpu_memory_peak_mib,"
+        "SELECT id, user_name, name, queue, gpus, cpus, memory_mib, spec, attained_gpu_s,"
+        " gpu_memory_peak_mib,"
         " gpu_util_samples, gpu_util_sum, gpu_util_sumsq,"
         " extract(epoch FROM finished_at - started_at)::float8 AS wall_s"
         " FROM jobs WHERE state = 'succeeded' ORDER BY finished_at DESC LIMIT $1",

@@ -74,9 +74,10 @@ async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
                 gpu_util_sumsq = j.gpu_util_sumsq + s.util * s.util
             FROM s WHERE j.id = s.id
             """,
-            [s.uuid for s in samples],
-            [s.utilization_pct for s in samples],
-            [s.memory_used_mib for s in samples],
+            # A GPU that could not be read is reported fully busy: not what its job did.
+            [s.uuid for s in samples if s.error is None],
+            [s.utilization_pct for s in samples if s.error is None],
+            [s.memory_used_mib for s in samples if s.error is None],
         )
 
 

@@ -39,7 +39,8 @@ async def test_gpu_samples_add_up_to_a_running_jobs_usage(pool: asyncpg.Pool) ->
     await nodes.record_samples(
         pool, [sample("g1", 80, 1000), sample("g2", 60, 3000), sample("g9", 5, 5)]
     )
-    await nodes.record_samples(pool, [sample("g1", 100, 2000)])
+    unread = GpuSample(uuid="g2", utilization_pct=100, memory_used_mib=80_000, error="lost")
+    await nodes.record_samples(pool, [sample("g1", 100, 2000), unread])
     used = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", row["id"])
     assert used["gpu_memory_peak_mib"] == 3000
     assert used["gpu_util_samples"] == 2

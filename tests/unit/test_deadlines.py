@@ -173,6 +173,18 @@ def test_guaranteed_jobs_with_slack_to_spare_make_way_for_one_without() -> None:
     assert preempted(plan) == {"r0", "r1", "r2"}  # 3 GPUs from jobs that can wait
 
 
+def test_a_guarantee_that_is_not_urgent_yet_waits_and_says_when_it_will_be() -> None:
+    n = node("a", 1)
+    running = [placed("be", n, [0], started_at=0.0, estimate_s=10 * H)]
+    job = with_deadline(pending("slo", 1, estimate_s=H), 5000.0 + 4 * H, True)
+    plan = run("chronus", snapshot([n], [job], running), now=5000.0)  # type: ignore[list-item]
+    # Three hours of slack: no preemption yet, but a plan again when it falls to 40 min.
+    assert preempted(plan) == set()
+    assert plan.recheck_at == 5000.0 + 3 * H - 2400.0
+    plan = run("chronus", snapshot([n], [job], running), now=plan.recheck_at)  # type: ignore[list-item]
+    assert preempted(plan) == {"be"}
+
+
 def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
     n = node("a", 2)
     running = [placed("be", n, [0, 1], started_at=0.0, estimate_s=10 * H)]

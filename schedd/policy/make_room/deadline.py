@@ -1,6 +1,6 @@
 """A job with a guaranteed deadline and little slack left preempts others to start now.
 
-Only an urgent job (less slack than `deadline_urgent_s`) preempts. Victims are, first,
+Only an urgent job (no more slack than `deadline_urgent_s`) preempts. Victims are, first,
 running jobs whose deadline is not guaranteed (best-effort jobs and refused deadlines),
 those that lose the least work first; then guaranteed jobs with slack to spare: ones
 that would still meet their own deadline after waiting for this job to finish and then
@@ -12,7 +12,13 @@ that could as well run after it.
 from __future__ import annotations
 
 from schedd.policy.decide.deadlines import admitted
-from schedd.policy.make_room.victims import Eviction, PlaceFn, by_work_at_risk, fewest_victims
+from schedd.policy.make_room.victims import (
+    Eviction,
+    PlaceFn,
+    by_work_at_risk,
+    fewest_victims,
+    protection_ends,
+)
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -26,7 +32,7 @@ def slack(job: PendingJob | PlacedJob, view: View) -> float:
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if not admitted(job, view):
         return None
-    if slack(job, view) >= view.settings.deadline_urgent_s:
+    if slack(job, view) > view.settings.deadline_urgent_s:
         return None  # it can still wait its turn
     can_wait = view.remaining(job) + view.settings.min_run_s
     memo = ("deadline", job.request, can_wait)
@@ -40,3 +46,19 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
         view.memo[memo] = None
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has a guaranteed deadline to meet")
+
+
+def recheck_at(view: View) -> float | None:
+    """When a waiting guaranteed job becomes urgent (its slack, which shrinks with time
+    alone, falls to `deadline_urgent_s`: it then goes first and may preempt), or a
+    running job comes of age."""
+    urgent_s = view.settings.deadline_urgent_s
+    times = [
+        t
+        for job in view.snapshot.pending
+        if admitted(job, view) and (t := view.now + slack(job, view) - urgent_s) > view.now
+    ]
+    ends = protection_ends(view)
+    if ends is not None:
+        times.append(ends)
+    return min(times, default=None)

@@ -45,7 +45,9 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # A job that found no victims leaves none for a job of the same request and a rank
     # no better (its candidates are fewer), for the rest of the cycle: capacity only
     # shrinks as the plan goes on.
-    memo = ("gittins", job.queue, job.request)
+    # With GPUs reserved, whether a job may use them depends on its own estimate: then
+    # only the same rank is known to fail.
+    memo = ("gittins", job.queue, job.request, mine if view.reserved else None)
     failed = view.memo.get(memo)
     if isinstance(failed, float) and mine >= failed:
         return None
@@ -59,7 +61,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
 
 
 _best = Kept[dict[str, float]]()
-_crossing = Kept[tuple[float | None]]()
+_crossing = Kept[tuple[float | None, float]]()  # (earliest, found at)
 
 
 def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
@@ -79,7 +81,7 @@ def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
 
 # Per running job (by id, the job held so that the id stays its own): the best waiting
 # index and table it was compared with, and when its index falls below that.
-_job_crossings: dict[int, tuple[PlacedJob, float, GittinsTable, float | None]] = {}
+_job_crossings: dict[int, tuple[PlacedJob, float, GittinsTable, float, float | None]] = {}
 
 
 def _next_crossing(view: View, learned: GittinsTable) -> float | None:
@@ -92,7 +94,7 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
     placed = view.snapshot.placed
     now = view.now
     kept = _crossing.get(placed, best, learned)
-    if kept is not None and (kept[0] is None or kept[0] > now):
+    if kept is not None and kept[1] <= now and (kept[0] is None or kept[0] > now):
         return kept[0]
     steps: dict[str, tuple[int, ...]] = {}
     known = dict(_job_crossings)
@@ -111,9 +113,10 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
             and hit[0] is job
             and hit[1] == waiting
             and hit[2] is learned
-            and (hit[3] is None or hit[3] > now)
+            and hit[3] <= now  # found from that time on, not before it
+            and (hit[4] is None or hit[4] > now)
         ):
-            when = hit[3]
+            when = hit[4]
         else:
             if job.queue not in steps:
                 steps[job.queue] = learned.steps_below(waiting)
@@ -121,13 +124,13 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
             at = learned.drops_below(attained, waiting, steps[job.queue])
             when = None if at is None else now + (at - attained) / job.request.gpus
         if job.attained_as_of is not None:
-            _job_crossings[id(job)] = (job, waiting, learned, when)
+            _job_crossings[id(job)] = (job, waiting, learned, now, when)
         else:
             fixed = False  # its service is as of now: `when` moves with the clock
         if when is not None and (earliest is None or when < earliest):
             earliest = when
     if fixed:
-        _crossing.put((earliest,), placed, best, learned)
+        _crossing.put((earliest, now), placed, best, learned)
     return earliest
 
 

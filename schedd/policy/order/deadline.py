@@ -3,7 +3,7 @@ shortest remaining time first (SRTF) for everyone else: guaranteed jobs with sla
 spare, best-effort jobs and refused deadlines alike.
 
 Slack is the deadline less now less the remaining run time: the job with the least can
-wait the least. A guaranteed job is urgent below `deadline_urgent_s` of slack; until
+wait the least. A guaranteed job is urgent at `deadline_urgent_s` of slack or less; until
 then it waits its turn, and as its slack shrinks it moves to the front. Remaining times
 come from the estimates (`View.remaining`).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from schedd.policy.decide.deadlines import admitted
+from schedd.policy.make_room.deadline import slack
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
@@ -21,12 +22,8 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     urgent_within = view.settings.deadline_urgent_s
 
     def key(job: PendingJob) -> tuple[int, float, float, str]:
-        remaining = view.remaining(job)
-        if admitted(job, view):
-            assert job.deadline is not None
-            slack = job.deadline - view.now - remaining
-            if slack < urgent_within:
-                return (0, slack, job.submitted_at, job.job_id)
-        return (1, remaining, job.submitted_at, job.job_id)
+        if admitted(job, view) and (left := slack(job, view)) <= urgent_within:
+            return (0, left, job.submitted_at, job.job_id)
+        return (1, view.remaining(job), job.submitted_at, job.job_id)
 
     return iter(sorted(pending, key=key))

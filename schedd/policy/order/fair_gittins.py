@@ -23,11 +23,13 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     # A pending job's index is fixed (its service does not grow while it waits), so the
     # order within groups holds while the pending jobs and the table are the same.
     learned = table(view)
-    within = _sorted.get(pending, learned)
+    # Without a table the order is 2D-LAS, whose levels come from the settings.
+    within = _sorted.get(pending, learned, view.settings)
     if within is None:
         within = _sorted.put(
             sorted(pending, key=lambda j: (rank(j, view), -j.priority, j.submitted_at, j.job_id)),
             pending,
             learned,
+            view.settings,
         )
     return serve_tree(within, view, fair_path, fair_rank, within=None)

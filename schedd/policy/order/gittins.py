@@ -40,14 +40,16 @@ def rank(job: PendingJob | PlacedJob, view: View) -> float:
 # table and until when it holds. The index is a step function of service and a running
 # job's service grows at its GPU count per second from `attained_as_of`, so the rank
 # holds until the next step; this is asked of every running job at every plan.
-_running: dict[int, tuple[PlacedJob, GittinsTable, float, float]] = {}
+_running: dict[int, tuple[PlacedJob, GittinsTable, float, float, float]] = {}
 _RUNNING_KEPT = 50_000  # entries kept before those of jobs gone are dropped
 
 
 def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
+    """Its rank, kept as (job, table, rank, from, until): it holds for `now` in
+    [from, until), while the job's service stays on one step of the index."""
     now = view.now
     hit = _running.get(id(job))
-    if hit is not None and hit[0] is job and hit[1] is learned and now < hit[3]:
+    if hit is not None and hit[0] is job and hit[1] is learned and hit[3] <= now < hit[4]:
         return hit[2]
     attained = view.attained(job)
     step = bisect.bisect_right(learned.points, attained)
@@ -59,7 +61,7 @@ def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
         placed = {id(j) for j in view.snapshot.placed}
         for key in [k for k in _running if k not in placed]:
             del _running[key]
-    _running[id(job)] = (job, learned, value, until)
+    _running[id(job)] = (job, learned, value, now, until)
     return value
 
 

@@ -10,7 +10,7 @@ A job of more than 8 GPUs spans whole nodes as best fit spreads it.
 from __future__ import annotations
 
 from schedd.policy.place import best_fit
-from schedd.policy.placement import NoFit, Placement
+from schedd.policy.placement import NoFit, Placement, usable_for
 from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
 
@@ -39,9 +39,7 @@ def _aligned(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | Non
     block = rounded(need)
     if need == 0 or block > 8:
         return None
-    usable = view.usable_gpus(node_id, job)
-    if job.request.gpu_memory_mib is not None:
-        usable = [g for g in usable if g.memory_mib >= job.request.gpu_memory_mib]
+    usable = usable_for(view, node_id, job)
     blocks: dict[int, list[str]] = {}
     for gpu in sorted(usable, key=lambda g: g.index):
         blocks.setdefault(gpu.index // block, []).append(gpu.uuid)
