@@ -65,8 +65,8 @@ def check_socket_dir(config: AgentConfig) -> Path:
 def coordination(
     config: AgentConfig, inventory: Inventory, shims: ShimServer, link: Link
 ) -> Coordination:
-    fields = msgspec.structs.asdict(config.coordinator)
-    del fields["enabled"]
+    given = msgspec.structs.asdict(config.coordinator)
+    fields = {k: v for k, v in given.items() if k != "enabled" and v is not None}
     try:
         settings = CoordinatorSettings(**fields)
     except ValueError as exc:

@@ -31,6 +31,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
+from _version import code_version
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -405,24 +406,6 @@ async def _background_load(seconds: float = 1.0) -> float | None:
     if busy0 is None or busy1 is None:
         return None
     return 100 * (busy1[0] - busy0[0]) / wall / (os.cpu_count() or 1)
-
-
-def code_version() -> str:
-    """The commit measured, and whether the tracked files differ from it."""
-    try:
-        found = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=10"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (no git)"
-    version = found.stdout.strip()
-    if not version:
-        return "unknown (not a git checkout)"
-    return version.replace("-dirty", " plus uncommitted changes to tracked files")
 
 
 def conditions(schedd: Schedd) -> list[str]:

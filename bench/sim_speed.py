@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 from _traces import add_trace_dir
+from _version import code_version
 
 from schedd import policy
 from schedd.policy import Profile
@@ -32,8 +32,6 @@ from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
 from schedd.sim.shape import parse_shape
 from schedd.sim.traces import read_trace
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(profile: Profile) -> tuple[Profile, list[float]]:
@@ -49,17 +47,6 @@ def timed(profile: Profile) -> tuple[Profile, list[float]]:
 
     wrapped = Profile(profile.name, plan, profile.pending_window, profile.tick_s, profile.estimates)
     return wrapped, spent
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(["git", "diff", "--quiet"], cwd=ROOT).returncode != 0
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
-    except OSError:
-        return "unknown"
 
 
 def main() -> None:
@@ -78,7 +65,7 @@ def main() -> None:
         ("itp", traces / "itp" / "raw" / "cluster04.csv", args.itp_cluster),
         ("chronus", traces / "chronus" / "philly_MIX2.csv", args.chronus_cluster),
     ]
-    print(f"code: commit {commit()}")
+    print(f"code: commit {code_version()}")
     print(
         f"machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
         f"python {platform.python_version()}"

@@ -104,22 +104,23 @@ class SimulatedGpus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class CoordinatorConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """agentd/coordinator.py's CoordinatorSettings, which checks the values at start."""
+    """agentd/coordinator.py's CoordinatorSettings, which holds the defaults and checks
+    the values at start; a value left out (None) keeps its default there."""
 
     enabled: bool = True
-    slowdown: float = 0.05
-    decrease: float = 0.5
-    increase: int = 5
-    min_share: int = 0
-    initial_share: int = 10
-    window: int = 20
-    solo_samples: int = 50
-    warmup_steps: int = 2
-    settle_steps: int = 1
-    relearn_drop: float = 0.10
-    headroom_mib: int = 1024
-    min_cap_mib: int = 512
-    cap_step_mib: int = 64
+    slowdown: float | None = None
+    decrease: float | None = None
+    increase: int | None = None
+    min_share: int | None = None
+    initial_share: int | None = None
+    window: int | None = None
+    solo_samples: int | None = None
+    warmup_steps: int | None = None
+    settle_steps: int | None = None
+    relearn_drop: float | None = None
+    headroom_mib: int | None = None
+    min_cap_mib: int | None = None
+    cap_step_mib: int | None = None
 
 
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

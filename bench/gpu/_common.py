@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
+import functools
 import importlib
 import json
 import os
@@ -26,12 +27,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TRAIN_JOB = HERE / "train_job.py"
@@ -39,6 +41,10 @@ EXIT_UNAVAILABLE = 2
 MIB = 1024 * 1024
 STOP_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 180.0  # a job's start: Python, PyTorch, the CUDA context, the model
+
+if str(HERE.parent) not in sys.path:  # bench/: what every benchmark shares
+    sys.path.insert(0, str(HERE.parent))
+from _version import code_version  # noqa: E402
 
 
 class Unavailable(Exception):
@@ -135,6 +141,40 @@ def exit_if_unavailable(problems: Sequence[str]) -> None:
         for problem in problems:
             print(f"cannot measure: {problem}", file=sys.stderr)
         raise SystemExit(EXIT_UNAVAILABLE)
+
+
+def say(text: str) -> None:
+    """Progress, on stderr: stdout carries only the figures."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def prepare(args: Any) -> tuple[dict[str, Any], Gpu]:
+    """PyTorch, gpusched and the GPU (or the CPU stand-in) a benchmark needs, each
+    checked; every one missing is said at once, and the script exits 2."""
+    problems: list[str] = []
+    torch_info = attempt(problems, require_torch, args.python, args.cpu)
+    attempt(problems, require_project)
+    gpu = attempt(problems, Gpu.cpu if args.cpu else functools.partial(Gpu.open, args.gpu))
+    exit_if_unavailable(problems)
+    return torch_info, gpu
+
+
+def measure(gpu: Gpu, run: Callable[[], Coroutine[Any, Any, T]]) -> T | int:
+    """The benchmark's figures, or the exit status it ends with (1: a job failed,
+    130: interrupted); the GPU is closed either way."""
+    others = gpu.processes()
+    if others:
+        say(f"note: other processes use this GPU ({sorted(others)}): the figures are disturbed")
+    try:
+        return asyncio.run(run())
+    except JobFailed as exc:
+        print(f"measurement failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        gpu.close()
 
 
 # ---- NVML ----------------------------------------------------------------------------
@@ -608,21 +648,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
-
-
-def code_version() -> str:
-    """The commit measured (git describe), or why it is unknown."""
-    try:
-        found = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=10"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return found.stdout.strip() or "unknown"
 
 
 def conditions(gpu: Gpu, torch_info: dict[str, Any], python: str) -> dict[str, Any]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import functools
 import shlex
 import statistics
 import sys
@@ -56,15 +55,14 @@ from _common import (
     Job,
     JobFailed,
     Unavailable,
-    attempt,
     conditions,
-    exit_if_unavailable,
     fmt,
+    measure,
     outside_allocator,
     pct,
+    prepare,
     process_memory,
-    require_project,
-    require_torch,
+    say,
     table,
     time_weighted_mean,
     wait_until,
@@ -113,10 +111,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.g_args = shlex.split(args.guaranteed_args)
     args.o_args = shlex.split(args.opportunistic_args)
     return args
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def median(values: list[float]) -> float | None:
@@ -652,11 +646,7 @@ def show(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    problems: list[str] = []
-    torch_info = attempt(problems, require_torch, args.python, args.cpu)
-    attempt(problems, require_project)
-    gpu = attempt(problems, Gpu.cpu if args.cpu else functools.partial(Gpu.open, args.gpu))
-    exit_if_unavailable(problems)
+    torch_info, gpu = prepare(args)
     from agentd.coordinator import CoordinatorSettings
 
     try:
@@ -666,19 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"cannot measure: {exc}", file=sys.stderr)
         return 2
-    others = gpu.processes()
-    if others:
-        say(f"note: other processes use this GPU ({sorted(others)}): the figures are disturbed")
-    try:
-        figures = asyncio.run(Bench(args, gpu, settings).run())
-    except JobFailed as exc:
-        print(f"measurement failed: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        gpu.close()
+    figures = measure(gpu, Bench(args, gpu, settings).run)
+    if isinstance(figures, int):
+        return figures
     result = {
         "benchmark": "coordinated_pair",
         "conditions": conditions(gpu, torch_info, args.python),

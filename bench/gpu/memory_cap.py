@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import shlex
 import sys
 import time
@@ -46,14 +45,13 @@ from _common import (
     Harness,
     Job,
     JobFailed,
-    attempt,
     conditions,
-    exit_if_unavailable,
     fmt,
+    measure,
     outside_allocator,
+    prepare,
     process_memory,
-    require_project,
-    require_torch,
+    say,
     table,
     wait_until,
     write_json,
@@ -91,10 +89,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--case start needs --cap-mib: there is no uncapped run to size the cap from")
     args.job = [*shlex.split(args.job_args), "--max-oom", str(args.max_oom)]
     return args
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 class CapBench(Harness):
@@ -277,24 +271,10 @@ def show(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    problems: list[str] = []
-    torch_info = attempt(problems, require_torch, args.python, args.cpu)
-    attempt(problems, require_project)
-    gpu = attempt(problems, Gpu.cpu if args.cpu else functools.partial(Gpu.open, args.gpu))
-    exit_if_unavailable(problems)
-    others = gpu.processes()
-    if others:
-        say(f"note: other processes use this GPU ({sorted(others)}): the figures are disturbed")
-    try:
-        cases = asyncio.run(CapBench(args, gpu).run())
-    except JobFailed as exc:
-        print(f"measurement failed: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
-        gpu.close()
+    torch_info, gpu = prepare(args)
+    cases = measure(gpu, CapBench(args, gpu).run)
+    if isinstance(cases, int):
+        return cases
     result = {
         "benchmark": "memory_cap",
         "conditions": conditions(gpu, torch_info, args.python),

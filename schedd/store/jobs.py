@@ -35,6 +35,12 @@ JOB_COLUMNS = (
     " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
     " deadline_admitted, deadline_reason"
 )
+# What a snapshot takes of every pending and placed job beyond its request: its
+# deadline and answer, and what the resource estimator predicts from.
+_PLANNING_COLUMNS = (
+    "extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
+    " spec->'labels' AS labels, (spec->>'iterations')::bigint AS iterations"
+)
 # Entering these ends an attempt's run: its GPU time is added up and the run recorded.
 _RUN_ENDS = frozenset({JobState.PENDING, JobState.CHECKPOINTED, *TERMINAL})
 
@@ -143,9 +149,7 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
-        " estimated_runtime_s, attained_gpu_s, pin_node_id,"
-        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
-        " spec->'labels' AS labels, (spec->>'iterations')::bigint AS iterations"
+        f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS}"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -163,8 +167,7 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
-        " extract(epoch FROM deadline)::float8 AS deadline_s, deadline_admitted,"
-        " spec->'labels' AS labels, (spec->>'iterations')::bigint AS iterations,"
+        f" {_PLANNING_COLUMNS},"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
         " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
         [s.value for s in HOLDS_RESOURCES],

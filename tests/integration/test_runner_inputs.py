@@ -62,15 +62,20 @@ async def ended(out: Outbox, job_id: str) -> JobExited | JobFailed:
             await out.arrived.wait()
 
 
+def staged_runner(tmp_path: Path) -> tuple[Outbox, Stager, Runner]:
+    """A runner whose jobs' inputs go through a 10 MiB node cache."""
+    out = Outbox()
+    stager = Stager(tmp_path / "cache", 10 * 2**20)
+    return out, stager, Runner(tmp_path / "agent", out.post, stager=stager)
+
+
 async def test_two_jobs_with_the_same_input_copy_it_once(
     tmp_path: Path, server: tuple[str, list[str]]
 ) -> None:
     url, hits = server
     local = tmp_path / "labels.csv"
     local.write_text("cat,dog\n")
-    out = Outbox()
-    stager = Stager(tmp_path / "cache", 10 * 2**20)
-    runner = Runner(tmp_path / "agent", out.post, stager=stager)
+    out, stager, runner = staged_runner(tmp_path)
     inputs = [f"{url}/data.txt", str(local)]
     await asyncio.gather(runner.start(job("j1", inputs)), runner.start(job("j2", inputs)))
     for job_id in ("j1", "j2"):
@@ -90,9 +95,7 @@ async def test_a_failing_url_fails_the_job_with_the_reason(
     tmp_path: Path, server: tuple[str, list[str]]
 ) -> None:
     url, _ = server
-    out = Outbox()
-    stager = Stager(tmp_path / "cache", 10 * 2**20)
-    runner = Runner(tmp_path / "agent", out.post, stager=stager)
+    out, stager, runner = staged_runner(tmp_path)
     await runner.start(job("j", [f"{url}/missing.bin"]))
     failed = await ended(out, "j")
     assert isinstance(failed, JobFailed)
@@ -107,9 +110,7 @@ async def test_a_job_cancelled_while_its_inputs_copy_never_starts(
     tmp_path: Path, server: tuple[str, list[str]]
 ) -> None:
     url, _ = server
-    out = Outbox()
-    stager = Stager(tmp_path / "cache", 10 * 2**20)
-    runner = Runner(tmp_path / "agent", out.post, stager=stager)
+    out, stager, runner = staged_runner(tmp_path)
     start = asyncio.create_task(runner.start(job("j", [f"{url}/data.txt"])))
     await asyncio.sleep(0.05)
     await runner.kill("j", 1, grace_s=1.0)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -18,19 +16,7 @@ from tests.unit.fake_pynvml import (
     FakeNvml,
     Handle,
 )
-
-
-class RecordingLog:
-    """Stands in for the module's logger: (level, event, fields) per line."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Callable[..., None]:
-        def emit(event: str, **fields: Any) -> None:
-            self.lines.append((level, event, fields))
-
-        return emit
+from tests.unit.recording_log import RecordingLog
 
 
 @pytest.fixture

@@ -15,24 +15,9 @@ from agentd import gpu, gpu_events
 from shared.protocol import GpuFault, GpuProcess
 from tests.unit import fake_pynvml
 from tests.unit.fake_pynvml import MIB, FakeGpu, FakeNvml
+from tests.unit.recording_log import RecordingLog
 
 GIB = 1024 * MIB
-
-
-class RecordingLog:
-    """Stands in for the module's structlog logger: (level, event, fields) per line."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Callable[..., None]:
-        def emit(event: str, **fields: Any) -> None:
-            self.lines.append((level, event, fields))
-
-        return emit
-
-    def events(self, level: str | None = None) -> list[str]:
-        return [e for lv, e, _ in self.lines if level is None or lv == level]
 
 
 @pytest.fixture
