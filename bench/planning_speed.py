@@ -32,6 +32,7 @@ from schedd.policy.snapshot import (
     Request,
     Shard,
     Snapshot,
+    interned,
 )
 
 SIZES = [1] * 60 + [2] * 15 + [4] * 15 + [8] * 10  # GPUs per job, weighted as in real traces
@@ -63,7 +64,7 @@ def build(nodes: int, gpus: int, pending: int, queues: int, busy: float, seed: i
                 f"user{i % 7}",
                 q,
                 (Shard(node.node_id, tuple(g.uuid for g in node.gpus)),),
-                Request(gpus, 8, 64_000),
+                interned(Request(gpus, 8, 64_000)),
                 "running",
                 started_at=0.0,
                 attained_s=3600.0 * gpus,
@@ -76,7 +77,7 @@ def build(nodes: int, gpus: int, pending: int, queues: int, busy: float, seed: i
             names[rng.randrange(queues)],
             0,
             "guaranteed",
-            Request(size := rng.choice(SIZES), size * 4.0, size * 32_000),
+            interned(Request(size := rng.choice(SIZES), size * 4.0, size * 32_000)),
             submitted_at=float(j),
             estimate_s=rng.choice([600.0, 3600.0, 36_000.0]),
         )

@@ -37,6 +37,7 @@ from schedd.policy.snapshot import (
     Shard,
     Snapshot,
     Usage,
+    interned,
 )
 from schedd.store import jobs
 from shared import logging
@@ -450,12 +451,14 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
 
 
 def _request(row: asyncpg.Record) -> Request:
-    return Request(
-        row["gpus"],
-        row["cpus"],
-        row["memory_mib"],
-        row["gpu_memory_mib"],
-        node_id=row.get("pin_node_id"),
+    return interned(
+        Request(
+            row["gpus"],
+            row["cpus"],
+            row["memory_mib"],
+            row["gpu_memory_mib"],
+            node_id=row.get("pin_node_id"),
+        )
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import Any
 
 from schedd.policy.queues import lineage
 from schedd.policy.snapshot import PendingJob
@@ -28,18 +29,29 @@ def _history_share(gpu_seconds: float, view: View) -> float:
     return gpu_seconds / capacity if capacity > 0 else 0.0
 
 
+def _past_term(usage: dict[Any, float], group: Hashable, view: View) -> float:
+    """The weighted past-use part of a group's share: fixed for the whole plan, while the
+    part from what it holds now moves with every job the plan starts."""
+    key = ("past_share", group)
+    known = view.memo.get(key)
+    if known is None:
+        past = _history_share(usage.get(group, 0.0), view)
+        known = view.memo[key] = view.settings.history_weight * past
+    return known  # type: ignore[return-value]
+
+
 def queue_share(queue: str, view: View) -> float:
     held = view.allocated.get(queue)
     now = held.dominant_share(view.total) if held is not None else 0.0
-    past = _history_share(view.snapshot.usage.queues.get(queue, 0.0), view)
-    return (now + view.settings.history_weight * past) / max(view.queue(queue).weight, 1e-9)
+    return (now + _past_term(view.snapshot.usage.queues, queue, view)) / max(
+        view.queue(queue).weight, 1e-9
+    )
 
 
 def user_share(queue: str, user: str, view: View) -> float:
     held = view.user_allocated.get((queue, user))
     now = held.dominant_share(view.total) if held is not None else 0.0
-    past = _history_share(view.snapshot.usage.users.get((queue, user), 0.0), view)
-    return now + view.settings.history_weight * past
+    return now + _past_term(view.snapshot.usage.users, (queue, user), view)
 
 
 def fair_path(job: PendingJob) -> tuple[Hashable, ...]:

@@ -37,14 +37,14 @@ class Resources:
 
     def dominant_share(self, total: Resources) -> float:
         """DRF's dominant share: the largest fraction of any resource the cluster has."""
-        shares = [0.0]
+        share = 0.0
         if total.gpus > 0:
-            shares.append(self.gpus / total.gpus)
-        if total.cpus > 0:
-            shares.append(self.cpus / total.cpus)
-        if total.memory_mib > 0:
-            shares.append(self.memory_mib / total.memory_mib)
-        return max(shares)
+            share = self.gpus / total.gpus
+        if total.cpus > 0 and self.cpus / total.cpus > share:
+            share = self.cpus / total.cpus
+        if total.memory_mib > 0 and self.memory_mib / total.memory_mib > share:
+            share = self.memory_mib / total.memory_mib
+        return max(share, 0.0)
 
 
 NOTHING = Resources()

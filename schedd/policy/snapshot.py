@@ -63,6 +63,23 @@ class Request:
         return Resources(self.gpus, self.cpus, self.memory_mib)
 
 
+_INTERNED: dict[Request, Request] = {}
+_INTERNED_MAX = 4096
+
+
+def interned(request: Request) -> Request:
+    """One object per distinct request: the plan's memo keys on requests, and a key whose
+    request is the very object found compares without calling `__eq__` (a shell building
+    a snapshot per cycle gives every job a new one otherwise)."""
+    known = _INTERNED.get(request)
+    if known is not None:
+        return known
+    if len(_INTERNED) >= _INTERNED_MAX:
+        _INTERNED.clear()
+    _INTERNED[request] = request
+    return request
+
+
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     job_id: str

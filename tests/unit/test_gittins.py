@@ -9,6 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedd.policy.gittins import MAX_POINTS, MIN_SAMPLES, ServiceHistory, table_for
+from schedd.policy.order.gittins import pending_rank, rank
+from schedd.policy.settings import Settings
+from schedd.policy.view import View
 from schedd.sim.service_book import ServiceBook
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
@@ -72,6 +75,21 @@ def test_the_index_is_at_least_one_over_the_mean(samples: list[float]) -> None:
     assert table is not None
     assert table.index(0.0) >= 1 / (sum(samples) / len(samples)) * (1 - 1e-9)
     assert all(x > 0 and math.isfinite(x) for x in table.indices)
+
+
+@given(
+    st.sampled_from([None, SHORT_OR_LONG, ALIKE, HEAVY_TAIL]),
+    st.lists(st.floats(0.0, 1e6), min_size=1, max_size=20),
+)
+def test_the_pending_jobs_sort_key_is_their_rank(
+    history: ServiceHistory | None, attained: list[float]
+) -> None:
+    """The order's fast key (table looked up once) ranks as `rank` does, with a table
+    and without one (2D-LAS levels)."""
+    jobs = [pending(f"j{i}", 1, attained_s=a) for i, a in enumerate(attained)]
+    view = View.build(snapshot([node("n", 1)], jobs, service_history=history), 0.0, Settings())
+    key = pending_rank(view)
+    assert [key(j) for j in jobs] == [rank(j, view) for j in jobs]
 
 
 # ---- the plugins, in the `default` profile ----------------------------------------

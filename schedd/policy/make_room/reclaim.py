@@ -24,6 +24,16 @@ def _borrowed(queue: str, view: View) -> int:
     return held - view.queue(queue).guarantee.gpus
 
 
+def _old_enough(view: View) -> list[PlacedJob]:
+    """Placed jobs not protected at the start of the cycle, least work lost first (age
+    protection holds for the whole cycle; only the plan's own victims join `stopping`)."""
+    key = ("reclaim_old_enough",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = [v for v in by_work_at_risk(view) if not protected(v, view)]
+    return known  # type: ignore[return-value]
+
+
 def _candidates(queue: str, view: View) -> list[PlacedJob]:
     """Jobs of other queues that could go, least work lost first, as long as no queue
     falls below its guarantee (the same for every job of `queue` until the view changes)."""
@@ -33,8 +43,9 @@ def _candidates(queue: str, view: View) -> list[PlacedJob]:
         return known  # type: ignore[return-value]
     room: dict[str, int] = {}
     ranked: list[PlacedJob] = []
-    for victim in by_work_at_risk(view):
-        if victim.queue == queue or protected(victim, view):
+    stopping = view.stopping
+    for victim in _old_enough(view):
+        if victim.queue == queue or victim.job_id in stopping:
             continue
         left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
         if victim.request.gpus > left:

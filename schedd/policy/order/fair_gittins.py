@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from schedd.policy.fairness import fair_path, fair_rank
 from schedd.policy.kept import Kept
-from schedd.policy.order.gittins import rank, table
+from schedd.policy.order.gittins import pending_rank, table
 from schedd.policy.order.groups import serve_tree
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
@@ -26,8 +26,9 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     # Without a table the order is 2D-LAS, whose levels come from the settings.
     within = _sorted.get(pending, learned, view.settings)
     if within is None:
+        ranked = pending_rank(view)
         within = _sorted.put(
-            sorted(pending, key=lambda j: (rank(j, view), -j.priority, j.submitted_at, j.job_id)),
+            sorted(pending, key=lambda j: (ranked(j), -j.priority, j.submitted_at, j.job_id)),
             pending,
             learned,
             view.settings,

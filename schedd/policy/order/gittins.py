@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from schedd.policy.gittins import GittinsTable, table_for
 from schedd.policy.order.las import level
@@ -34,6 +34,17 @@ def rank(job: PendingJob | PlacedJob, view: View) -> float:
     if isinstance(job, PlacedJob) and job.attained_as_of is not None:
         return _running_rank(job, view, learned)
     return -learned.index(view.attained(job))
+
+
+def pending_rank(view: View) -> Callable[[PendingJob], float]:
+    """`rank` for pending jobs, with the table looked up once: it sorts every pending
+    job in every cycle (a pending job's service is what earlier attempts attained)."""
+    learned = table(view)
+    if learned is None:
+        thresholds = view.settings.las_thresholds_gpu_s
+        return lambda j: float(bisect.bisect_right(thresholds, j.attained_s))
+    points, indices = learned.points, learned.indices
+    return lambda j: -indices[bisect.bisect_right(points, j.attained_s) - 1]
 
 
 # Per running job (by id; the job held so that the id stays its own): its rank under a
@@ -66,4 +77,5 @@ def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
-    return iter(sorted(pending, key=lambda j: (rank(j, view), j.submitted_at, j.job_id)))
+    ranked = pending_rank(view)
+    return iter(sorted(pending, key=lambda j: (ranked(j), j.submitted_at, j.job_id)))

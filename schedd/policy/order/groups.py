@@ -20,6 +20,7 @@ from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
 Rank = tuple[Any, ...]
+# A job's path of group keys: a function of its queue and user alone (asked once per pair).
 PathFn = Callable[[PendingJob], tuple[Hashable, ...]]
 RankFn = Callable[[Hashable, int, View], Rank]  # (group key, depth, view)
 
@@ -45,14 +46,18 @@ def serve_tree(
 ) -> Iterator[PendingJob]:
     """`within` orders a group's own jobs; None: `pending` is in that order already."""
     root = _Group()
+    leaves: dict[tuple[str, str], deque[PendingJob]] = {}
     for job in pending if within is None else sorted(pending, key=within):
-        node = root
-        for key in path_of(job):
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = _Group()
-            node = child
-        node.jobs.append(job)
+        leaf = leaves.get((job.queue, job.user))
+        if leaf is None:
+            node = root
+            for key in path_of(job):
+                child = node.children.get(key)
+                if child is None:
+                    child = node.children[key] = _Group()
+                node = child
+            leaf = leaves[(job.queue, job.user)] = node.jobs
+        leaf.append(job)
     seq = 0
 
     def fill(node: _Group, depth: int) -> None:
