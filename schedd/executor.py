@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncpg
 
+from schedd import job_controls
 from schedd.hub import Hub
-from schedd.policy.actions import Action, AdmitDeadline, Launch, Preempt, Stop
+from schedd.policy.actions import Action, AdmitDeadline, Launch, Preempt, Prefetch, Stop
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
@@ -39,6 +40,8 @@ class Executor:
             case Preempt():
                 moved = await self.cancel(action.job_id, action.reason)  # stop, no requeue
                 return moved.ok
+            case Prefetch():
+                return await self.prefetch(action)
             case AdmitDeadline():
                 recorded = await jobs.decide_deadline(
                     self.pool, action.job_id, action.admitted, action.reason
@@ -52,6 +55,21 @@ class Executor:
                 return recorded
         log.warning("action not supported yet", action=type(action).__name__, job_id=action.job_id)
         return False
+
+    async def prefetch(self, action: Prefetch) -> bool:
+        """Copy a waiting job's inputs to the node it is expected to get (Liquid)."""
+        row = await jobs.get(self.pool, action.job_id)
+        if row is None or row["state"] != JobState.PENDING:
+            return False  # started, cancelled or gone since the snapshot
+        try:
+            await job_controls.prefetch(
+                self.pool, self.hub, row, f"the scheduler: {action.reason}", action.node_id
+            )
+        except job_controls.ControlRefused as exc:
+            log.info("prefetch not sent", job_id=action.job_id, reason=str(exc))
+            return False
+        log.info("inputs prefetched", job_id=action.job_id, node_id=action.node_id)
+        return True
 
     async def launch(self, action: Launch) -> bool:
         # The live snapshot says multi_node=False, so a plan never spans nodes here.

@@ -118,7 +118,11 @@ async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, n
     if not await hub.send(node, Prefetch(job_id=row["id"], inputs=inputs)):
         raise ControlRefused(f"node {node} is not connected")
     await jobs.note(
-        pool, row["id"], row["attempt"], f"prefetch of its inputs to node {node} asked by {by}"
+        pool,
+        row["id"],
+        row["attempt"],
+        f"prefetch of its inputs to node {node} asked by {by}",
+        prefetched_to=node,
     )
 
 

@@ -53,7 +53,7 @@ def _spec(name: str, table: ProfileConfig, base: ProfileSpec | None) -> ProfileS
         value = getattr(table, field)
         if value is not None:
             changes[field] = value
-    for field in ("admit", "make_room", "decide"):
+    for field in ("admit", "make_room", "decide", "anticipate"):
         value = getattr(table, field)
         if value is not None:
             changes[field] = tuple(value)

@@ -325,6 +325,8 @@ class Scheduler:
                 attained_s=r["attained_gpu_s"],
                 deadline=r["deadline_s"],
                 deadline_admitted=r["deadline_admitted"],
+                inputs=tuple(r["inputs"] or ()),
+                prefetched_to=r["prefetched_to"],
             )
             for r in pending_rows
         )

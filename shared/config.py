@@ -57,6 +57,7 @@ class ProfileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     admit: list[str] | None = None
     make_room: list[str] | None = None
     decide: list[str] | None = None
+    anticipate: list[str] | None = None
     blocking: str | None = None
     pending_window: int | None = None
     tick_s: float | None = None

@@ -1,4 +1,5 @@
-"""The plan loop that runs a profile's stages: decide, order, admit, place, make room, reserve.
+"""The plan loop that runs a profile's stages: decide, order, admit, place, make room,
+reserve, anticipate.
 
 Each stage is a plugin, a plain function with a typed result:
 
@@ -8,7 +9,9 @@ Each stage is a plugin, a plain function with a typed result:
   iterator: it may look at the view again after each job, as DRF does);
 - admit(job, view) -> a Wait saying why the job may not start now, or None;
 - place(job, view) -> a Placement, or a NoFit counting nodes by why they did not fit;
-- make_room(job, view, place) -> an Eviction (victims to preempt), or None.
+- make_room(job, view, place) -> an Eviction (victims to preempt), or None;
+- anticipate(view, plan) -> actions that prepare for the jobs still waiting, once the
+  cycle's decisions are made (copy a job's inputs to the node it will likely get).
 
 When nothing fits and no room is made, the profile's `blocking` says what follows:
 "strict" holds every job behind the first one that did not fit (FIFO), "backfill"
@@ -35,6 +38,7 @@ AdmitFn = Callable[[PendingJob, View], Wait | None]
 MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
 RecheckFn = Callable[[View], float | None]
 DecideFn = Callable[[View], list[Action]]
+AnticipateFn = Callable[[View, Plan], list[Action]]
 Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
@@ -52,6 +56,7 @@ class Stages:
     # When the make-room plugins' answers could change with time alone (Plan.recheck_at).
     recheck: tuple[RecheckFn, ...] = ()
     decide: tuple[DecideFn, ...] = ()
+    anticipate: tuple[AnticipateFn, ...] = ()
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -123,6 +128,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             result.actions.append(
                 Reserve(job.job_id, held.node_ids, held.expected_start, "head of the queue")
             )
+    for anticipate in stages.anticipate:
+        result.actions.extend(anticipate(view, result))
     if result.waiting and stages.recheck:
         times = [t for recheck in stages.recheck if (t := recheck(view)) is not None]
         result.recheck_at = min(times, default=None)

@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
+from schedd.policy.anticipate import prefetch
 from schedd.policy.decide import deadlines
 from schedd.policy.framework import (
     AdmitFn,
+    AnticipateFn,
     Blocking,
     DecideFn,
     MakeRoomFn,
@@ -38,7 +40,7 @@ from schedd.policy.order import (
     priority,
     sjf,
 )
-from schedd.policy.place import best_fit, consolidate, topology
+from schedd.policy.place import best_fit, consolidate, network, topology
 from schedd.policy.settings import Settings
 
 ORDERS: dict[str, OrderFn] = {
@@ -54,11 +56,13 @@ ORDERS: dict[str, OrderFn] = {
     "deadline": deadline.order,
 }
 DECIDES: dict[str, DecideFn] = {"deadlines": deadlines.decide}
+ANTICIPATES: dict[str, AnticipateFn] = {"prefetch": prefetch.anticipate}
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {
     "best_fit": best_fit.place,
     "topology": topology.place,
     "consolidate": consolidate.place,
+    "network": network.place,
 }
 MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "reclaim": reclaim.make_room,
@@ -96,6 +100,7 @@ class ProfileSpec:
     admit: tuple[str, ...] = ()
     make_room: tuple[str, ...] = ()
     decide: tuple[str, ...] = ()
+    anticipate: tuple[str, ...] = ()
     blocking: str = "skip"
     pending_window: int = 10_000
     tick_s: float | None = None
@@ -126,6 +131,7 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         label=label,
         recheck=tuple(RECHECKS[m] for m in spec.make_room if m in RECHECKS),
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
+        anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
     )
 
 
@@ -196,6 +202,10 @@ BUILTIN: dict[str, ProfileSpec] = {
         blocking="backfill",
         settings=Settings(reserve_after_s=86400.0),
     ),
+    # Liquid: submission order (jobs that do not fit are passed over), network-aware
+    # best fit, bursts of arrivals packed by a grouping GA, and the inputs of waiting
+    # jobs copied ahead to the node expected to free up for them.
+    "liquid": ProfileSpec(order="fifo", place="network", anticipate=("prefetch",)),
     # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
     # (least slack first, preempting jobs without a guarantee after a 20-minute lease),
     # everyone else by shortest remaining time; GPU counts placed as 1, 2, 4 or 8n.

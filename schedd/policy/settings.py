@@ -39,3 +39,20 @@ class Settings:
     # remaining time and preempts nobody, so that best-effort jobs are not kept waiting
     # for deadlines hours away. Two of Chronus's 20-minute leases.
     deadline_urgent_s: float = 2400.0
+    # Network-aware placement (Liquid): what a gang's spread costs, per node, rack and
+    # domain beyond the first, against the idle share of its nodes' GPUs (at most 1).
+    network_cost_node: float = 1.0
+    network_cost_rack: float = 4.0
+    network_cost_domain: float = 16.0
+    # Liquid's batch mode: at least `batch_min_jobs` jobs that arrived within
+    # `batch_window_s` are packed together by a grouping GA (at most `batch_max_jobs`,
+    # the oldest), within `batch_generations` of `batch_population` solutions.
+    batch_window_s: float = 60.0
+    batch_min_jobs: int = 4
+    batch_max_jobs: int = 64
+    batch_generations: int = 20
+    batch_population: int = 8
+    # Pre-scheduled data transfer (Liquid): the inputs of up to `prefetch_jobs` waiting
+    # jobs are copied to the node expected to free GPUs for them within the horizon.
+    prefetch_jobs: int = 4
+    prefetch_horizon_s: float = 600.0

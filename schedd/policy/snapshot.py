@@ -97,6 +97,10 @@ class PendingJob:
     deadline: float | None = None
     # Whether the deadline is guaranteed (`AdmitDeadline`); None: not decided yet.
     deadline_admitted: bool | None = None
+    # The data the job reads (URLs or paths the agent stages before a launch), and the
+    # node a `Prefetch` already copied them to, if any.
+    inputs: tuple[str, ...] = ()
+    prefetched_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

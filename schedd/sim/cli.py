@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="speed across nodes for a model the table lacks (default 1.0: no slowdown)",
     )
+    locality.add_argument(
+        "--cross-rack-speed",
+        type=_speed,
+        default=1.0,
+        metavar="F",
+        help="a further factor for a job whose nodes span racks (--rack-size; default 1.0)",
+    )
     locality.add_argument("--no-locality", action="store_true", help="no slowdown at all")
     costs = parser.add_argument_group("preemption")
     costs.add_argument(
@@ -178,7 +185,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             table = load_table(args.model_info) if args.model_info else None
         except LocalityError as exc:
             parser.error(f"--model-info: {exc}")
-        locality = LocalityModel(table, args.locality_default)
+        locality = LocalityModel(table, args.locality_default, args.cross_rack_speed)
     queues: tuple[QueueSpec, ...] = ()
     if args.queues:
         # The live scheduler's own reader: a whole schedd.toml does, or only its queues.
@@ -226,6 +233,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             "options": {
                 "locality": "off" if args.no_locality else (args.model_info or "default only"),
                 "locality_default": args.locality_default,
+                "cross_rack_speed": args.cross_rack_speed,
                 "preempt_overhead_s": args.preempt_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,

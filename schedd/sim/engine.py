@@ -67,6 +67,7 @@ class Simulation:
         self.options = options or SimOptions()
         self.locality = locality or LocalityModel()
         self.nodes = build_nodes(shape)
+        self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
         requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
         self.jobs = [
             SimJob(i, spec, requests[spec.gpus], spec.duration_s)
@@ -334,7 +335,8 @@ class Simulation:
             job.first_started_at = now
         job.attempt += 1
         nodes = len({s.node_id for s in launch.shards})
-        job.speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes)
+        racks = len({self._rack[s.node_id] for s in launch.shards})
+        job.speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes, racks)
         job.placed_fields = {
             "job_id": job.spec.job_id,
             "user": job.spec.user,

@@ -4,7 +4,8 @@ The table is `model_info.json`'s shape: `{model: {num_gpus: {num_nodes: relative
 (speed 1.0 = all GPUs on one node). Where the job's exact GPU count or node count is not
 in the table, the nearest one is used (a tie goes to the larger key, the more pessimistic
 reading). A job on one node always runs at full speed; a model the table does not know
-runs at `default`.
+runs at `default`. A job whose nodes are in more than one rack runs at `cross_rack` of
+that again (the table was measured inside one rack; 1.0: racks cost nothing more).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ def _nearest(keys: list[int], want: int) -> int:
 
 
 class LocalityModel:
-    def __init__(self, table: SpeedTable | None = None, default: float = 1.0) -> None:
+    def __init__(
+        self, table: SpeedTable | None = None, default: float = 1.0, cross_rack: float = 1.0
+    ) -> None:
         self.table = table or {}
         self.default = default
+        self.cross_rack = cross_rack
         self._cache: dict[tuple[str, int, int], float] = {}
 
-    def speed(self, model: str, gpus: int, nodes: int) -> float:
+    def speed(self, model: str, gpus: int, nodes: int, racks: int = 1) -> float:
         if nodes <= 1:
             return 1.0
         key = (model, gpus, nodes)
@@ -37,7 +41,7 @@ class LocalityModel:
         if found is None:
             found = self._lookup(model, gpus, nodes)
             self._cache[key] = found
-        return found
+        return found * self.cross_rack if racks > 1 else found
 
     def _lookup(self, model: str, gpus: int, nodes: int) -> float:
         by_gpus = self.table.get(model)
@@ -52,7 +56,7 @@ class LocalityModel:
 class NoLocality(LocalityModel):
     """Every placement runs at full speed."""
 
-    def speed(self, model: str, gpus: int, nodes: int) -> float:
+    def speed(self, model: str, gpus: int, nodes: int, racks: int = 1) -> float:
         return 1.0
 
 

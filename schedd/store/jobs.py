@@ -149,7 +149,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
-        f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS}"
+        f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
+        " spec->'inputs' AS inputs, prefetched_to"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -421,8 +422,8 @@ async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **set
     return row is not None
 
 
-# What a note may set: the job's controls and where its checkpoint is.
-_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to", "resize_to"}
+# What a note may set: the job's controls, where its checkpoint is, where its inputs went.
+_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to", "resize_to", "prefetched_to"}
 
 
 async def record_progress(

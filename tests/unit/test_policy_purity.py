@@ -26,6 +26,8 @@ ALLOWED_MODULES = {
     # Computation only: the MILP solver of deadline admission, run with its output off.
     "highspy",
     "numpy",
+    # Only as random.Random(seed): `seeded_randomness_only` below checks every use.
+    "random",
 }
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 
@@ -70,3 +72,35 @@ def test_policy_module_calls_no_io_builtins_and_awaits_nothing(path: Path) -> No
 
 def test_the_checker_sees_an_impure_import() -> None:
     assert imported(ast.parse("import os\nfrom asyncio import sleep")) == {"os", "asyncio"}
+
+
+def unseeded_randomness(tree: ast.AST) -> list[str]:
+    """Uses of the `random` module other than constructing `random.Random(seed)`."""
+    calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "random":
+            found.append(f"from random import {', '.join(a.name for a in node.names)}")
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "random"
+        ):
+            call = calls.get(id(node))  # None: a type annotation
+            if node.attr != "Random" or (call is not None and len(call.args) != 1):
+                found.append(f"random.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: p.name)
+def test_policy_module_uses_only_seeded_randomness(path: Path) -> None:
+    assert not unseeded_randomness(ast.parse(path.read_text())), path.name
+
+
+def test_the_checker_sees_unseeded_randomness() -> None:
+    assert unseeded_randomness(ast.parse("import random\nrandom.Random(7)")) == []
+    assert unseeded_randomness(ast.parse("import random\nrandom.shuffle(x)")) == ["random.shuffle"]
+    assert unseeded_randomness(ast.parse("import random\nrandom.Random()")) == ["random.Random"]
+    assert unseeded_randomness(ast.parse("from random import choice")) == [
+        "from random import choice"
+    ]

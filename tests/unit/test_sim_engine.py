@@ -159,6 +159,16 @@ def test_topology_keeps_a_gang_in_one_rack_of_simulated_nodes(
     assert placed["gang"] == nodes
 
 
+@pytest.mark.parametrize(("rack_size", "finish"), [(2, 20.0), (1, 40.0)])
+def test_a_job_across_racks_runs_at_the_cross_rack_speed_again(
+    rack_size: int, finish: float
+) -> None:
+    # Half speed across nodes, and half of that across racks of one node each.
+    model = LocalityModel(default=0.5, cross_rack=0.5)
+    result = simulate([job("big", 0, 10, gpus=4)], "2x2", locality=model, rack_size=rack_size)
+    assert by_id(result)["big"] == (0, finish)
+
+
 def test_a_job_on_one_node_runs_at_full_speed() -> None:
     slow = LocalityModel({"m": {2: {1: 0.1, 2: 0.1}}})
     result = simulate([job("a", 0, 10, gpus=2, name="m")], "1x2", locality=slow)

@@ -1,0 +1,1 @@
+"""Anticipate plugins: what a cycle prepares, after its decisions, for the jobs still waiting."""
