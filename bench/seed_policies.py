@@ -3,17 +3,19 @@
 For each itp/raw/clusterNN.csv, on the cluster `itp_compare.py` sizes (8-GPU nodes
 holding the trace's average demand, so that jobs queue), replays each profile and
 prints one Markdown row per (trace, profile). Besides the named profiles, a variant
-`NAME-bestfit` is the profile with its placement replaced by plain best fit: the
-difference is what the profile's own placement buys (`liquid-bestfit`: Liquid's order
-and backfill without its network-aware placement and batch packing).
+`NAME@PLACE` is the profile with its placement plugin replaced by PLACE: the difference
+is what a placement buys under the same order (`liquid@best_fit`: Liquid's order
+without its network-aware placement and batch packing; `default@network`: the default
+with Liquid's placement).
 
 Multi-node jobs run at `--locality` of full speed (the ITP traces name no models, so
 no per-model table applies; 1.0: no slowdown), and at `--cross-rack` of that again when
-their nodes span racks of `--rack-size` nodes. No preemption overheads.
+their nodes span racks of `--rack-size` nodes. No preemption overheads. With `--mix2`,
+chronus/philly_MIX2.csv is replayed too, on 120x8, with its model_info.json.
 
     .venv/bin/python bench/seed_policies.py [--trace-dir DIR] [--jobs 2]
-        [--profiles liquid,liquid-bestfit,tiresias,default] [--clusters cluster01]
-        [--locality 0.8] [--rack-size 4] [--cross-rack 0.8]
+        [--profiles liquid,liquid@best_fit,tiresias,default] [--clusters cluster01]
+        [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--mix2]
 
 Figures only: nothing here asserts.
 """
@@ -35,26 +37,32 @@ from itp_compare import cluster_for
 from schedd import policy
 from schedd.policy.profiles import BUILTIN
 from schedd.sim.engine import Simulation
-from schedd.sim.locality import LocalityModel
+from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
+from schedd.sim.shape import parse_shape
 from schedd.sim.traces import read_trace
 
-BESTFIT = "-bestfit"
+MIX2 = "philly_MIX2.csv"
 
 
 def profile(name: str) -> policy.Profile:
-    if name.endswith(BESTFIT):
-        base = name.removesuffix(BESTFIT)
-        return policy.build(name, dataclasses.replace(BUILTIN[base], place="best_fit"))
+    if "@" in name:
+        base, place = name.split("@", 1)
+        return policy.build(name, dataclasses.replace(BUILTIN[base], place=place))
     return policy.profile(name)
 
 
 def replay(path: Path, name: str, locality: float, rack_size: int | None, cross_rack: float) -> str:
-    trace = read_trace(path, "itp")
-    shape = dataclasses.replace(cluster_for(trace, 1.0), nodes_per_rack=rack_size)
-    result = Simulation(
-        trace, shape, profile(name), locality=LocalityModel(default=locality, cross_rack=cross_rack)
-    ).run()
+    if path.name == MIX2:
+        trace = read_trace(path, "chronus")
+        shape = dataclasses.replace(parse_shape("120x8"), nodes_per_rack=rack_size)
+        table = load_table(path.parent / "model_info.json")
+        model = LocalityModel(table, default=locality, cross_rack=cross_rack)
+    else:
+        trace = read_trace(path, "itp")
+        shape = dataclasses.replace(cluster_for(trace, 1.0), nodes_per_rack=rack_size)
+        model = LocalityModel(default=locality, cross_rack=cross_rack)
+    result = Simulation(trace, shape, profile(name), locality=model).run()
     s = summarize(result)
     cells = [
         path.stem,
@@ -73,12 +81,13 @@ def replay(path: Path, name: str, locality: float, rack_size: int | None, cross_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_trace_dir(parser)
-    parser.add_argument("--profiles", default="liquid,liquid-bestfit,tiresias,default")
+    parser.add_argument("--profiles", default="liquid,liquid@best_fit,tiresias,default")
     parser.add_argument("--clusters", help="comma-separated names (default: all)")
     parser.add_argument("--locality", type=float, default=1.0)
     parser.add_argument("--rack-size", type=int)
     parser.add_argument("--cross-rack", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
+    parser.add_argument("--mix2", action="store_true", help="chronus/philly_MIX2.csv too")
     args = parser.parse_args()
     names = args.profiles.split(",")
     for name in names:
@@ -87,6 +96,8 @@ def main() -> None:
     if args.clusters:
         wanted = set(args.clusters.split(","))
         paths = [p for p in paths if p.stem in wanted]
+    if args.mix2:
+        paths.append(Path(args.trace_dir) / "chronus" / MIX2)
     print(
         f"code: {code_version()}; locality {args.locality}; rack size {args.rack_size};"
         f" cross-rack {args.cross_rack}"

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
     FreeCapacity,
-    Gpu,
     Node,
     PlacedJob,
     Request,
@@ -48,23 +47,22 @@ class PlacedTotals:
     placed: tuple[PlacedJob, ...] = ()
     members: dict[int, PlacedJob] = field(default_factory=dict)  # id(job) -> job
     on_node: dict[str, dict[int, _Part]] = field(default_factory=dict)
-    free: dict[str, tuple[list[Gpu], float, int]] = field(default_factory=dict)
+    # Shared with every View built on these totals, never changed in place: a View
+    # copies a node's entry before its plan changes it (`View.writable`).
+    free: dict[str, FreeCapacity] = field(default_factory=dict)
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> job GPUs -> jobs
     by_user: dict[UserKey, dict[int, Request]] = field(default_factory=dict)  # stoppable only
     held: dict[UserKey, Resources] = field(default_factory=dict)
     leaving: dict[int, str] = field(default_factory=dict)  # id(job) -> job id, not stoppable
     total: Resources = NOTHING
 
-    # ---- what a View takes: copies, since the plan changes its own ----------------
+    # ---- what a View takes: new dicts of shared entries, copied on write --------------
 
     def free_capacity(self) -> dict[str, FreeCapacity]:
-        return {
-            node_id: FreeCapacity(self.node_by_id[node_id], list(gpus), cpus, memory_mib)
-            for node_id, (gpus, cpus, memory_mib) in self.free.items()
-        }
+        return dict(self.free)
 
     def gpu_sizes(self) -> dict[str, dict[int, int]]:
-        return {node_id: dict(sizes) for node_id, sizes in self.sizes.items()}
+        return dict(self.sizes)
 
     def leaving_ids(self) -> set[str]:
         return set(self.leaving.values())
@@ -106,7 +104,7 @@ class PlacedTotals:
         self.by_user = {}
         self.held = {}
         self.leaving = {}
-        self.free = {n.node_id: (list(n.gpus), n.cpus, n.memory_mib) for n in nodes}
+        self.free = {n.node_id: FreeCapacity(n, list(n.gpus), n.cpus, n.memory_mib) for n in nodes}
         self.total = Resources(
             sum(len(n.gpus) for n in nodes),
             sum(n.cpus for n in nodes),
@@ -159,7 +157,9 @@ class PlacedTotals:
             cpus += part.request.cpus
             memory_mib += part.request.memory_mib
         free = [g for g in node.gpus if g.uuid not in used]
-        self.free[node_id] = (free, node.cpus - cpus, node.memory_mib - memory_mib)
+        self.free[node_id] = FreeCapacity(
+            node, free, node.cpus - cpus, node.memory_mib - memory_mib
+        )
 
     def _recount_user(self, key: UserKey) -> None:
         requests = self.by_user.get(key, {})

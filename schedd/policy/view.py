@@ -49,7 +49,10 @@ class View:
     reserved: dict[str, Reservation] = field(default_factory=dict)  # GPU uuid ->
     reservations: dict[str, Reservation] = field(default_factory=dict)  # job id ->
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
-    gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> size -> jobs
+    # node -> job size -> jobs; the inner dicts are shared with the kept totals: replaced,
+    # never edited.
+    gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
+    owned: set[str] = field(default_factory=set)  # nodes whose capacity entry is a copy
     # Answers that stay true for the rest of the cycle, keyed by the plugin that found
     # them: capacity only shrinks as the plan goes on, so a request that did not fit (or
     # found no victims) will not later in the same cycle.
@@ -146,14 +149,26 @@ class View:
 
     # ---- the plan's decisions --------------------------------------------------
 
+    def writable(self, node_id: str) -> FreeCapacity:
+        """The node's free capacity, this plan's own to change: the entries a view
+        starts with are shared with the kept totals (and other plans), so the first
+        change copies one."""
+        cap = self.capacity[node_id]
+        if node_id not in self.owned:
+            cap = self.capacity[node_id] = FreeCapacity(
+                cap.node, cap.free_gpus, cap.cpus, cap.memory_mib
+            )  # FreeCapacity replaces its list of GPUs on a change, never edits it
+            self.owned.add(node_id)
+        return cap
+
     def take(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
         self.generation += 1
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
-            cap = self.capacity[shard.node_id]
+            cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
             cap.take(shard.gpu_uuids, part)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
-            sizes = self.gpu_sizes.setdefault(shard.node_id, {})
+            sizes = self.gpu_sizes[shard.node_id] = dict(self.gpu_sizes.get(shard.node_id, {}))
             sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
         r = job.request.resources()
         for q in lineage(job.queue):

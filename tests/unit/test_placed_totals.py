@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from schedd.policy.placed_totals import PlacedTotals, placed_totals
 from schedd.policy.resources import Resources
+from schedd.policy.settings import Settings
 from schedd.policy.snapshot import Node, PlacedJob, Request, Shard, Snapshot, free_capacity
-from tests.unit.policy_harness import node, placed
+from schedd.policy.view import View
+from tests.unit.policy_harness import node, pending, placed
 
 NODES = (node("n0", gpus=4), node("n1", gpus=4), node("n2", gpus=8, cpus=32))
 
@@ -110,11 +112,17 @@ def test_a_job_on_a_node_that_is_away_takes_nothing_from_the_nodes_there_are() -
 
 
 def test_the_view_a_plan_changes_is_a_copy() -> None:
+    """Views share the kept totals' entries and copy a node's before changing it."""
     jobs = (placed("a", NODES[0], [0]),)
-    totals = placed_totals(Snapshot(NODES, jobs, ()))
-    capacity = totals.free_capacity()
-    capacity["n0"].take(("n0-g1",), Request(1, 1.0, 10))
-    totals.gpu_sizes().setdefault("n0", {})[1] = 99
-    again = placed_totals(Snapshot(NODES, jobs, ()))
+    snap = Snapshot(NODES, jobs, ())
+    view = View.build(snap, 0.0, Settings())
+    untouched = view.capacity["n1"]
+    view.take(pending("b", 1), (Shard("n0", ("n0-g1",)),))
+    again = placed_totals(snap)
     assert [g.uuid for g in again.free_capacity()["n0"].free_gpus] == ["n0-g1", "n0-g2", "n0-g3"]
     assert again.gpu_sizes()["n0"] == {1: 1}
+    assert [g.uuid for g in view.capacity["n0"].free_gpus] == ["n0-g2", "n0-g3"]
+    assert view.gpu_sizes["n0"] == {1: 2}
+    assert view.capacity["n1"] is untouched  # nothing copied that the plan did not change
+    # A second view of the same snapshot starts from the totals, not from the first.
+    assert len(View.build(snap, 0.0, Settings()).capacity["n0"].free_gpus) == 3

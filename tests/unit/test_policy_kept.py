@@ -88,3 +88,33 @@ def test_planning_the_same_objects_again_gives_what_fresh_ones_give(
         kept = [plan(snap, now) for now in times]  # later and earlier, in any order
         for now, again in zip(times, kept, strict=True):
             assert same(again, plan(fresh(snap), now)), (name, now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    steps=st.lists(st.tuples(st.floats(4000, 6000), st.integers(0, 2)), min_size=3, max_size=8),
+)
+def test_snapshots_that_share_some_objects_plan_as_fresh_ones(
+    seed: int, steps: list[tuple[float, int]]
+) -> None:
+    """As the simulator does: from one plan to the next a job leaves, or one job comes
+    as a new object, while the others stay the very same objects (so per-queue lists
+    and what is kept for them are reused for the queues that did not change)."""
+    rng = random.Random(seed)
+    snapshots = []
+    current = build(seed)
+    for now, change in steps:
+        placed = list(current.placed)
+        if change == 1 and placed:
+            placed.pop(rng.randrange(len(placed)))
+        elif change == 2 and placed:
+            i = rng.randrange(len(placed))
+            placed[i] = dataclasses.replace(placed[i], attained_s=placed[i].attained_s + 700.0)
+        current = dataclasses.replace(current, placed=tuple(placed))
+        snapshots.append((now, current))
+    for name in ("default", "las", "tiresias"):
+        plan = profile(name).plan
+        kept = [plan(snap, now) for now, snap in snapshots]
+        for (now, snap), got in zip(snapshots, kept, strict=True):
+            assert same(got, plan(fresh(snap), now)), (name, now)

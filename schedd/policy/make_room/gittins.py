@@ -10,6 +10,7 @@ history to learn from yet, this is 2D-LAS preemption (`make_room.las`).
 from __future__ import annotations
 
 import bisect
+import math
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
@@ -21,25 +22,49 @@ from schedd.policy.make_room.victims import (
     placed_by_queue,
     protection_ends,
 )
-from schedd.policy.order.gittins import rank, table
+from schedd.policy.order.gittins import placed_rank, rank, table
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
+Ranked = tuple[list[float], list[PlacedJob]]
+# Per tenant queue: its placed jobs' list (the same object while its jobs are), the
+# table, and [from, until) of `now` in which every one of their ranks holds, with the
+# order found. Kept from plan to plan: a queue's jobs change far less often than the
+# snapshot does, and each running job's rank only at a step of the index.
+_ranked: dict[str, tuple[list[PlacedJob], GittinsTable, float, float, Ranked]] = {}
 
-def _by_rank(view: View, queue: str) -> tuple[list[float], list[PlacedJob]]:
+
+def _by_rank(view: View, queue: str, learned: GittinsTable) -> Ranked:
     """The queue's placed jobs, lowest priority first (latest started first among
     equals), and beside each its rank negated (ascending, for a binary search)."""
     key = ("gittins_victims", queue)
     known = view.memo.get(key)
-    if known is None:
-        jobs = placed_by_queue(view).get(queue, [])
-        ranked = sorted((-rank(j, view), -view.started(j), j.job_id, j) for j in jobs)
-        known = view.memo[key] = ([r for r, _, _, _ in ranked], [j for _, _, _, j in ranked])
-    return known  # type: ignore[return-value]
+    if known is not None:
+        return known  # type: ignore[return-value]
+    jobs = placed_by_queue(view).get(queue, [])
+    now = view.now
+    hit = _ranked.get(queue)
+    if hit is not None and hit[0] is jobs and hit[1] is learned and hit[2] <= now < hit[3]:
+        view.memo[key] = hit[4]
+        return hit[4]
+    until = math.inf
+    rows = []
+    for job in jobs:
+        value, holds = placed_rank(job, view, learned)
+        if job.started_at is None:
+            holds = now  # ordered by a start of `now`: holds for this plan only
+        until = min(until, holds)
+        rows.append((-value, -view.started(job), job.job_id, job))
+    rows.sort()
+    ranked = ([r for r, _, _, _ in rows], [j for _, _, _, j in rows])
+    _ranked[queue] = (jobs, learned, now, until, ranked)
+    view.memo[key] = ranked
+    return ranked
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
-    if table(view) is None:
+    learned = table(view)
+    if learned is None:
         return las.make_room(job, view, place)
     mine = rank(job, view)
     # A job that found no victims leaves none for a job of the same request and a rank
@@ -51,7 +76,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     failed = view.memo.get(memo)
     if isinstance(failed, float) and mine >= failed:
         return None
-    negated, jobs = _by_rank(view, job.queue)
+    negated, jobs = _by_rank(view, job.queue, learned)
     ranked = jobs[: bisect.bisect_left(negated, -mine)]  # those ranked below it
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
@@ -79,38 +104,34 @@ def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
     return known
 
 
-# Per running job (by id, the job held so that the id stays its own): the best waiting
-# index and table it was compared with, and when its index falls below that.
-_job_crossings: dict[int, tuple[PlacedJob, float, GittinsTable, float, float | None]] = {}
+# Per tenant queue: its placed jobs' list (the same object while its jobs are), the best
+# waiting index and the table compared, when that was found, and the crossing found.
+_queue_crossings: dict[str, tuple[list[PlacedJob], float, GittinsTable, float, float | None]] = {}
 
 
 def _next_crossing(view: View, learned: GittinsTable) -> float | None:
     """When a running job's index next falls below the best waiting in its queue. A
     running job whose service is counted from a fixed time (`attained_as_of`) gains
-    its GPU count per second, so that time is fixed while the job, the table and the
-    best waiting index stay the same: it is computed again only when one changes or
-    the time has passed."""
+    its GPU count per second, so that time is fixed while the queue's jobs, the table
+    and the best waiting index stay the same: a queue's answer is computed again only
+    when one changes or the time has passed."""
     best = _best_waiting(view, learned)
     placed = view.snapshot.placed
     now = view.now
     kept = _crossing.get(placed, best, learned)
     if kept is not None and kept[1] <= now and (kept[0] is None or kept[0] > now):
         return kept[0]
-    steps: dict[str, tuple[int, ...]] = {}
-    known = dict(_job_crossings)
-    _job_crossings.clear()
+    by_queue = placed_by_queue(view)
     earliest: float | None = None
     fixed = True  # every time found is fixed: the answer holds until it passes
-    for job in placed:
-        waiting = best.get(job.queue)
-        if waiting is None or job.started_at is None or not job.stoppable:
+    for queue, waiting in best.items():
+        jobs = by_queue.get(queue)
+        if not jobs:
             continue
-        if job.request.gpus <= 0:
-            continue
-        hit = known.get(id(job))
+        hit = _queue_crossings.get(queue)
         if (
             hit is not None
-            and hit[0] is job
+            and hit[0] is jobs
             and hit[1] == waiting
             and hit[2] is learned
             and hit[3] <= now  # found from that time on, not before it
@@ -118,20 +139,39 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
         ):
             when = hit[4]
         else:
-            if job.queue not in steps:
-                steps[job.queue] = learned.steps_below(waiting)
-            attained = view.attained(job)
-            at = learned.drops_below(attained, waiting, steps[job.queue])
-            when = None if at is None else now + (at - attained) / job.request.gpus
-        if job.attained_as_of is not None:
-            _job_crossings[id(job)] = (job, waiting, learned, now, when)
-        else:
-            fixed = False  # its service is as of now: `when` moves with the clock
+            when, queue_fixed = _queue_crossing(jobs, waiting, view, learned)
+            if queue_fixed:
+                _queue_crossings[queue] = (jobs, waiting, learned, now, when)
+            else:
+                _queue_crossings.pop(queue, None)
+                fixed = False
         if when is not None and (earliest is None or when < earliest):
             earliest = when
     if fixed:
         _crossing.put((earliest, now), placed, best, learned)
     return earliest
+
+
+def _queue_crossing(
+    jobs: list[PlacedJob], waiting: float, view: View, learned: GittinsTable
+) -> tuple[float | None, bool]:
+    """The earliest time one of the queue's running jobs falls below `waiting`, and
+    whether that time is fixed (every job's service counted from a fixed time)."""
+    steps = learned.steps_below(waiting)
+    earliest: float | None = None
+    fixed = True
+    for job in jobs:
+        if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
+            continue
+        if job.attained_as_of is None:
+            fixed = False  # its service is as of now: the time moves with the clock
+        attained = view.attained(job)
+        at = learned.drops_below(attained, waiting, steps)
+        if at is not None:
+            when = view.now + (at - attained) / job.request.gpus
+            if earliest is None or when < earliest:
+                earliest = when
+    return earliest, fixed
 
 
 def recheck_at(view: View) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import is_
 
 from schedd.policy.kept import Kept
 from schedd.policy.placement import NoFit, Placement, needs_spreading
@@ -48,13 +49,20 @@ _by_queue = Kept[dict[str, list[PlacedJob]]]()
 
 
 def placed_by_queue(view: View) -> dict[str, list[PlacedJob]]:
-    """The placed jobs of each tenant queue, in snapshot order."""
+    """The placed jobs of each tenant queue, in snapshot order. A queue whose jobs are
+    the very objects of the last snapshot's keeps the same list object, so that what
+    is kept per queue list (`make_room.gittins`) survives changes in other queues."""
     placed = view.snapshot.placed
     known = _by_queue.get(placed)
     if known is None:
         known = {}
         for job in placed:
             known.setdefault(job.queue, []).append(job)
+        previous = _by_queue.last() or {}
+        for queue, jobs in known.items():
+            before = previous.get(queue)
+            if before is not None and len(before) == len(jobs) and all(map(is_, before, jobs)):
+                known[queue] = before
         _by_queue.put(known, placed)
     return known
 
@@ -177,7 +185,7 @@ def _place_without(
         for shard, part in zip(
             victim.shards, shard_requests(victim.request, victim.shards), strict=True
         ):
-            cap = view.capacity[shard.node_id]
+            cap = view.writable(shard.node_id)
             del view.by_free[len(cap.free_gpus)][shard.node_id]
             cap.give_back([view.gpu(u) for u in shard.gpu_uuids], part)
             view.by_free[len(cap.free_gpus)][shard.node_id] = None
@@ -186,7 +194,7 @@ def _place_without(
         return place(job, view)
     finally:
         for shard, part in undo:
-            cap = view.capacity[shard.node_id]
+            cap = view.writable(shard.node_id)
             del view.by_free[len(cap.free_gpus)][shard.node_id]
             cap.take(shard.gpu_uuids, part)
             view.by_free[len(cap.free_gpus)][shard.node_id] = None

@@ -32,8 +32,16 @@ def rank(job: PendingJob | PlacedJob, view: View) -> float:
     if learned is None:
         return float(level(job, view))
     if isinstance(job, PlacedJob) and job.attained_as_of is not None:
-        return _running_rank(job, view, learned)
+        return _running_rank(job, view, learned)[0]
     return -learned.index(view.attained(job))
+
+
+def placed_rank(job: PlacedJob, view: View, learned: GittinsTable) -> tuple[float, float]:
+    """A placed job's rank under a table, and until when (from now) it holds for this
+    job object: a running job's rank changes as its service grows, any other's not."""
+    if job.attained_as_of is not None:
+        return _running_rank(job, view, learned)
+    return -learned.index(view.attained(job)), math.inf
 
 
 def pending_rank(view: View) -> Callable[[PendingJob], float]:
@@ -55,13 +63,13 @@ _running: dict[int, tuple[PlacedJob, GittinsTable, float, float, float]] = {}
 _RUNNING_KEPT = 50_000  # entries kept before those of jobs gone are dropped
 
 
-def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
-    """Its rank, kept as (job, table, rank, from, until): it holds for `now` in
-    [from, until), while the job's service stays on one step of the index."""
+def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> tuple[float, float]:
+    """Its rank and until when it holds, kept as (job, table, rank, from, until): it
+    holds for `now` in [from, until), while the job's service stays on one step."""
     now = view.now
     hit = _running.get(id(job))
     if hit is not None and hit[0] is job and hit[1] is learned and hit[3] <= now < hit[4]:
-        return hit[2]
+        return hit[2], hit[4]
     attained = view.attained(job)
     step = bisect.bisect_right(learned.points, attained)
     value = -learned.indices[step - 1]
@@ -73,7 +81,7 @@ def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> float:
         for key in [k for k in _running if k not in placed]:
             del _running[key]
     _running[id(job)] = (job, learned, value, now, until)
-    return value
+    return value, until
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
