@@ -165,9 +165,14 @@ async def on_inputs_staged(pool: asyncpg.Pool, node_id: str, event: InputsStaged
         return
     if event.error is None:
         reason = f"input {event.input} staged on node {node_id} ({event.bytes_done} bytes)"
+        await jobs.note(pool, event.job_id, row["attempt"], reason)
+        return
+    reason = f"input {event.input} not staged on node {node_id}: {event.error}"
+    if row["prefetched_to"] == node_id:
+        # The copy ahead failed: forget it, so that a later cycle may ask again.
+        await jobs.note(pool, event.job_id, row["attempt"], reason, prefetched_to=None)
     else:
-        reason = f"input {event.input} not staged on node {node_id}: {event.error}"
-    await jobs.note(pool, event.job_id, row["attempt"], reason)
+        await jobs.note(pool, event.job_id, row["attempt"], reason)
 
 
 async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:

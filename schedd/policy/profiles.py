@@ -57,6 +57,8 @@ ORDERS: dict[str, OrderFn] = {
 }
 DECIDES: dict[str, DecideFn] = {"deadlines": deadlines.decide}
 ANTICIPATES: dict[str, AnticipateFn] = {"prefetch": prefetch.anticipate}
+# For each anticipate plugin, when it could act with no event (Plan.recheck_at).
+ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {"prefetch": prefetch.recheck_at}
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {
     "best_fit": best_fit.place,
@@ -129,7 +131,8 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         blocking=blocking,
         settings=spec.settings,
         label=label,
-        recheck=tuple(RECHECKS[m] for m in spec.make_room if m in RECHECKS),
+        recheck=tuple(RECHECKS[m] for m in spec.make_room if m in RECHECKS)
+        + tuple(ANTICIPATE_RECHECKS[a] for a in spec.anticipate if a in ANTICIPATE_RECHECKS),
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
     )

@@ -28,7 +28,6 @@ class QueueSpec:
 
 # Cached: every plan asks it for every job, and a cluster has few queues.
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)  # asked for every pending job in every cycle
 def lineage(queue: str) -> tuple[str, ...]:
     """The queue and its ancestors, root first: "a/b/c" -> ("a", "a/b", "a/b/c")."""
     parts = queue.split("/")

@@ -33,7 +33,7 @@ JOB_COLUMNS = (
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
     " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
-    " deadline_admitted, deadline_reason"
+    " deadline_admitted, deadline_reason, prefetched_to"
 )
 # What a snapshot takes of every pending and placed job beyond its request: its
 # deadline and answer, and what the resource estimator predicts from.
@@ -499,6 +499,8 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         out["pinned_to"] = row["pin_node_id"]
     if row["migrate_to"] is not None:
         out["migrating_to"] = row["migrate_to"]
+    if row.get("prefetched_to") is not None:
+        out["inputs_prefetched_to"] = row["prefetched_to"]
     if row["resize_to"] is not None:
         out["resizing_to"] = row["resize_to"]
     out["gpus"] = row["gpus"]  # the spec's, or what a resize made it

@@ -33,7 +33,8 @@ def test_a_prefetch_finishes_before_the_launch(cluster: Cluster, tmp_path: Path)
     wait_until(lambda: staged in reasons(), what="the inputs staged ahead")
     # Copied while the first job still ran: the node was busy, the job still waiting.
     assert cluster.job(alice, running)["state"] == "running"
-    assert cluster.job(alice, waiting)["state"] == "pending"
+    shown = cluster.job(alice, waiting)
+    assert shown["state"] == "pending" and shown["inputs_prefetched_to"] == "node-a"
     asked = next(r for r in reasons() if r.startswith("prefetch of its inputs to node node-a"))
     assert "asked by the scheduler: node node-a is expected to free 1 GPU(s)" in asked
 

@@ -7,10 +7,20 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedd.policy import build
 from schedd.policy.placed_totals import PlacedTotals, placed_totals
+from schedd.policy.profiles import BUILTIN
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import Node, PlacedJob, Request, Shard, Snapshot, free_capacity
+from schedd.policy.snapshot import (
+    FreeCapacity,
+    Node,
+    PlacedJob,
+    Request,
+    Shard,
+    Snapshot,
+    free_capacity,
+)
 from schedd.policy.view import View
 from tests.unit.policy_harness import node, pending, placed
 
@@ -126,3 +136,33 @@ def test_the_view_a_plan_changes_is_a_copy() -> None:
     assert view.capacity["n1"] is untouched  # nothing copied that the plan did not change
     # A second view of the same snapshot starts from the totals, not from the first.
     assert len(View.build(snap, 0.0, Settings()).capacity["n0"].free_gpus) == 3
+
+
+class _Shared(FreeCapacity):
+    """A kept totals' entry that fails the test if anything changes it."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AssertionError(f"a capacity entry shared with the kept totals was changed: {name}")
+
+
+def _shared(cap: FreeCapacity) -> _Shared:
+    entry = object.__new__(_Shared)
+    for name in ("node", "free_gpus", "cpus", "memory_mib"):
+        object.__setattr__(entry, name, getattr(cap, name))
+    return entry
+
+
+def test_plans_change_their_own_copies_never_the_kept_totals() -> None:
+    """Launches, and a victim search's trial placements (GPUs given back and taken
+    again), change a view's own copy of a node's entry, never the one the kept totals
+    share with every view."""
+    n, m = node("n", 2), node("m", 2)
+    runner = placed("runner", n, [0, 1], attained_s=9_000.0)
+    snap = Snapshot((n, m), (runner,), (pending("small", 1), pending("new", 2)))
+    totals = placed_totals(snap)
+    for node_id, cap in list(totals.free.items()):
+        totals.free[node_id] = _shared(cap)
+    plan = build("tiresias", BUILTIN["tiresias"]).plan(snap, 10_000.0)
+    assert {type(a).__name__ for a in plan.actions} == {"Launch", "Preempt"}

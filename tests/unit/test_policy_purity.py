@@ -81,6 +81,12 @@ def unseeded_randomness(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "random":
             found.append(f"from random import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Import):
+            found += [
+                f"import random as {a.asname}"
+                for a in node.names
+                if a.name == "random" and a.asname
+            ]
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
@@ -101,6 +107,7 @@ def test_the_checker_sees_unseeded_randomness() -> None:
     assert unseeded_randomness(ast.parse("import random\nrandom.Random(7)")) == []
     assert unseeded_randomness(ast.parse("import random\nrandom.shuffle(x)")) == ["random.shuffle"]
     assert unseeded_randomness(ast.parse("import random\nrandom.Random()")) == ["random.Random"]
+    assert unseeded_randomness(ast.parse("import random as r")) == ["import random as r"]
     assert unseeded_randomness(ast.parse("from random import choice")) == [
         "from random import choice"
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schedd.policy import profile
 from schedd.policy.actions import Reserve
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
@@ -267,3 +268,16 @@ def test_without_reservations_small_jobs_would_starve_the_gang() -> None:
         [n], [pending("gang", 8, at=1.0), pending("long", 1, at=2.0, estimate_s=5000.0)], [busy]
     )
     assert "long" in launches(run("sjf", snap, now=100.0))
+
+
+def test_a_victim_on_a_node_that_is_away_is_no_crash() -> None:
+    """A job still counted as placed on a node that has gone is a candidate victim
+    like the others, but nothing of it is given back in a trial placement."""
+    here, away = node("here", 1), node("away", 1)
+    held = [
+        placed("old-away", away, [0], attained_s=9_000.0),
+        placed("old-here", here, [0], attained_s=8_000.0),
+    ]
+    snap = snapshot([here], [pending("new", 1)], held)
+    plan = profile("tiresias").plan(snap, 10_000.0)
+    assert preempted(plan) == {"old-here"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from schedd.policy import profile
 from schedd.policy.actions import Plan, Prefetch
 from schedd.policy.snapshot import PendingJob
 from tests.unit.policy_harness import node, pending, placed, run, snapshot
@@ -61,3 +62,28 @@ def test_a_job_that_starts_now_needs_no_prefetch() -> None:
     nodes.append(node("n2", 1))
     plan = run("liquid", snapshot(nodes, [with_inputs(pending("next"))], running), now=NOW)
     assert not prefetches(plan)
+
+
+def test_a_job_on_a_node_that_is_away_is_no_crash_and_no_target() -> None:
+    nodes, running = busy_pair()
+    away = node("away", 1)
+    gone = placed("gone", away, [0], started_at=NOW - 590, estimate_s=600.0, attained_s=590.0)
+    snap = snapshot(nodes, [with_inputs(pending("next"))], [*running, gone])
+    plan = profile("liquid").plan(snap, NOW)  # the harness's checks want every node here
+    assert prefetches(plan)["next"].node_id == "n1"
+
+
+def test_a_job_without_gpus_is_not_sent_anywhere() -> None:
+    nodes, running = busy_pair()
+    cpu_only = with_inputs(pending("cpu", 0, cpus=1_000))  # waits for CPUs, not GPUs
+    assert not prefetches(run("liquid", snapshot(nodes, [cpu_only], running), now=NOW))
+
+
+def test_it_plans_again_when_a_job_comes_within_the_horizon_of_its_end() -> None:
+    nodes, running = busy_pair()  # the first expected end is in 100 s
+    snap = snapshot(nodes, [with_inputs(pending("next"))], running)
+    plan = run("liquid", snap, now=NOW, prefetch_horizon_s=60.0)
+    assert not prefetches(plan) and plan.recheck_at == NOW + 100 - 60
+    # Sent already: nothing to wake up for.
+    done = snapshot(nodes, [with_inputs(pending("next"), prefetched_to="n1")], running)
+    assert run("liquid", done, now=NOW, prefetch_horizon_s=60.0).recheck_at is None

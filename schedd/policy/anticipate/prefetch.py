@@ -7,7 +7,8 @@ free up first, by the running jobs' expected ends (their estimates less the time
 within `prefetch_horizon_s`. Each node's GPUs go to one job at a time, so the next job
 looks further. A job whose inputs went to that node already is left alone. The copy
 lands in the node's shared cache, where the launch finds it; a job that starts on
-another node after all stages its inputs at launch, as it would have anyway.
+another node after all stages its inputs at launch, as it would have anyway. GPUs
+reserved for another job count as freeing for this one (a reservation moves each cycle).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 
 from schedd.policy.actions import Action, Plan, Prefetch
 from schedd.policy.placement import node_can_ever_fit
-from schedd.policy.snapshot import PendingJob
+from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
 WAITING_FOR_ROOM = frozenset({"no_capacity", "reserved"})
@@ -28,13 +29,11 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         return []
     horizon = view.now + view.settings.prefetch_horizon_s
     freeing: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for running in view.snapshot.placed:
-        if not running.stoppable or running.job_id in view.stopping:
-            continue  # already leaving: its GPUs are spoken for by whoever preempted it
-        ends = view.now + view.remaining(running)
+    for running, ends in _expected_ends(view):
         if ends <= horizon:
             for shard in running.shards:
-                freeing[shard.node_id].append((ends, len(shard.gpu_uuids)))
+                if shard.node_id in view.capacity:  # not a node that is away
+                    freeing[shard.node_id].append((ends, len(shard.gpu_uuids)))
     claimed: dict[str, int] = defaultdict(int)
     actions: list[Action] = []
     for job in wanting:
@@ -58,8 +57,28 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     return actions
 
 
+def recheck_at(view: View) -> float | None:
+    """When a running job comes within the horizon of its expected end, if a job with
+    inputs not yet sent anywhere waits: a cycle then could send them."""
+    if not any(j.inputs and j.prefetched_to is None for j in view.snapshot.pending):
+        return None
+    horizon = view.settings.prefetch_horizon_s
+    times = [ends - horizon for _, ends in _expected_ends(view) if ends - horizon > view.now]
+    return min(times, default=None)
+
+
+def _expected_ends(view: View) -> list[tuple[PlacedJob, float]]:
+    """Running jobs not on their way out, with when each is expected to end."""
+    return [
+        (job, view.now + view.remaining(job))
+        for job in view.snapshot.placed
+        if job.stoppable and job.job_id not in view.stopping
+    ]
+
+
 def _wanting(view: View, plan: Plan) -> list[PendingJob]:
-    with_inputs = {j.job_id: j for j in view.snapshot.pending if j.inputs}
+    # A job of no GPUs waits for CPUs or memory, which no GPU count here foresees.
+    with_inputs = {j.job_id: j for j in view.snapshot.pending if j.inputs and j.request.gpus}
     if not with_inputs:
         return []
     waiting = [

@@ -185,6 +185,8 @@ def _place_without(
         for shard, part in zip(
             victim.shards, shard_requests(victim.request, victim.shards), strict=True
         ):
+            if shard.node_id not in view.capacity:
+                continue  # a node that is away: nothing there to give back
             cap = view.writable(shard.node_id)
             del view.by_free[len(cap.free_gpus)][shard.node_id]
             cap.give_back([view.gpu(u) for u in shard.gpu_uuids], part)

@@ -48,14 +48,12 @@ def _rack_of(node_id: str, view: View) -> tuple[str, str]:
 
 
 def _free_by_rack(view: View) -> dict[tuple[str, str], int]:
-    key = ("free_by_rack", view.generation)
-    known = view.memo.get(key)
-    if known is None:
-        free: dict[tuple[str, str], int] = defaultdict(int)
-        for node_id, cap in view.capacity.items():
-            free[_rack_of(node_id, view)] += len(cap.free_gpus)
-        known = view.memo[key] = free
-    return known  # type: ignore[return-value]
+    # Counted at each call, not kept: a victim search changes capacity for a moment
+    # without a new generation, and a count kept from then would outlive it.
+    free: dict[tuple[str, str], int] = defaultdict(int)
+    for node_id, cap in view.capacity.items():
+        free[_rack_of(node_id, view)] += len(cap.free_gpus)
+    return free
 
 
 def _best_fit_by_level(job: PendingJob, view: View) -> Placement | NoFit:
@@ -98,11 +96,16 @@ def _idle_share(shards: tuple[Shard, ...], view: View) -> float:
 
 
 def _gang(job: PendingJob, view: View) -> Placement | NoFit:
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    # Racks named within their domain, as `spread_cost` counts them.
+    groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for node in view.snapshot.nodes:
-        for label in ("rack", "domain"):
-            if label in node.labels:
-                groups[(label, node.labels[label])].append(node.node_id)
+        if node.node_id not in view.capacity:
+            continue  # away
+        domain = node.labels.get("domain", "")
+        if "rack" in node.labels:
+            groups[("rack", domain, node.labels["rack"])].append(node.node_id)
+        if "domain" in node.labels:
+            groups[("domain", domain)].append(node.node_id)
     candidates = [spread(view, job, ids) for ids in groups.values()]
     candidates.append(spread(view, job, view.capacity))
     scored = [
