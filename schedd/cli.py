@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     sim_cli.add_arguments(sim)
 
     args = parser.parse_args(argv)
-    logging.configure("schedctl", "warning", sys.stderr)  # stdout is for results
+    logging.configure("schedctl", "warning", logging.CurrentStderr())  # stdout: results
     if args.command == "token":
         try:
             config = load(SchedConfig, args.config)

@@ -11,7 +11,19 @@ import asyncpg
 
 from schedd import job_controls
 from schedd.hub import Hub
-from schedd.policy.actions import Action, AdmitDeadline, Launch, Preempt, Prefetch, Stop
+from schedd.policy.actions import (
+    Action,
+    AdmitDeadline,
+    Launch,
+    Migrate,
+    Preempt,
+    Prefetch,
+    Resize,
+    Resume,
+    SetLimits,
+    Stop,
+    Suspend,
+)
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
@@ -20,6 +32,9 @@ from shared.protocol import Kill
 from shared.protocol import Launch as LaunchMsg
 
 log = logging.get("executor")
+
+# The plan's actions that control a job already known to the store.
+Control = Prefetch | SetLimits | Suspend | Resume | Migrate | Resize
 
 
 class Executor:
@@ -40,8 +55,8 @@ class Executor:
             case Preempt():
                 moved = await self.cancel(action.job_id, action.reason)  # stop, no requeue
                 return moved.ok
-            case Prefetch():
-                return await self.prefetch(action)
+            case Prefetch() | SetLimits() | Suspend() | Resume() | Migrate() | Resize():
+                return await self.control(action)
             case AdmitDeadline():
                 recorded = await jobs.decide_deadline(
                     self.pool, action.job_id, action.admitted, action.reason
@@ -56,19 +71,44 @@ class Executor:
         log.warning("action not supported yet", action=type(action).__name__, job_id=action.job_id)
         return False
 
-    async def prefetch(self, action: Prefetch) -> bool:
-        """Copy a waiting job's inputs to the node it is expected to get (Liquid)."""
+    async def control(self, action: Control) -> bool:
+        """A plan's job control, carried out as the same `POST /v1/jobs/{id}/...` by a
+        user would be (docs/operations.md), in the scheduler's name and with its reason."""
         row = await jobs.get(self.pool, action.job_id)
-        if row is None or row["state"] != JobState.PENDING:
-            return False  # started, cancelled or gone since the snapshot
-        try:
-            await job_controls.prefetch(
-                self.pool, self.hub, row, f"the scheduler: {action.reason}", action.node_id
-            )
-        except job_controls.ControlRefused as exc:
-            log.info("prefetch not sent", job_id=action.job_id, reason=str(exc))
+        if row is None:
             return False
-        log.info("inputs prefetched", job_id=action.job_id, node_id=action.node_id)
+        by = f"the scheduler: {action.reason}"
+        pool, hub = self.pool, self.hub
+        try:
+            match action:
+                case Prefetch():
+                    if row["state"] != JobState.PENDING:
+                        return False  # started, cancelled or gone since the snapshot
+                    await job_controls.prefetch(pool, hub, row, by, action.node_id)
+                case SetLimits():
+                    now = job_controls.controls_of(row)
+                    share = now["share"] if action.compute_share is None else action.compute_share
+                    cap = (
+                        now["memory_cap_mib"]
+                        if action.memory_cap_mib is None
+                        else action.memory_cap_mib
+                    )
+                    await job_controls.set_limits(pool, hub, row, by, share, cap)
+                case Suspend():
+                    await job_controls.suspend(pool, hub, row, by, free=False)
+                case Resume():
+                    await job_controls.resume(pool, hub, row, by)
+                case Migrate():
+                    await job_controls.checkpoint(pool, hub, row, by, migrate_to=action.node_id)
+                case Resize():
+                    await job_controls.resize(pool, hub, row, by, action.gpus)
+        except job_controls.ControlRefused as exc:
+            log.info("control not carried out", action=type(action).__name__, job_id=row["id"],
+                     reason=str(exc))  # fmt: skip
+            return False
+        log.info(
+            "job control", action=type(action).__name__, job_id=row["id"], reason=action.reason
+        )
         return True
 
     async def launch(self, action: Launch) -> bool:

@@ -52,7 +52,8 @@ async def _send(
         raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
 
 
-def _controls(row: asyncpg.Record) -> dict[str, Any]:
+def controls_of(row: asyncpg.Record) -> dict[str, Any]:
+    """The job's limits as they stand: share, memory cap, whether suspended."""
     return dict(row["controls"] or {"share": 100, "memory_cap_mib": None, "suspended": False})
 
 
@@ -65,7 +66,7 @@ async def set_limits(
         row,
         SetLimits(job_id=row["id"], attempt=row["attempt"], share=share, memory_cap_mib=cap),
     )
-    controls = {**_controls(row), "share": share, "memory_cap_mib": cap}
+    controls = {**controls_of(row), "share": share, "memory_cap_mib": cap}
     words = "no memory cap" if cap is None else f"memory cap {cap} MiB"
     await jobs.note(
         pool, row["id"], row["attempt"], f"share {share}, {words}, asked by {by}", controls=controls
@@ -75,7 +76,7 @@ async def set_limits(
 async def suspend(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, free: bool) -> None:
     await _running(pool, row, "suspend")
     await _send(hub, row, Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free))
-    controls = {**_controls(row), "suspended": True}
+    controls = {**controls_of(row), "suspended": True}
     await jobs.note(pool, row["id"], row["attempt"], f"suspend asked by {by}", controls=controls)
 
 
@@ -91,7 +92,7 @@ async def resume(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str) -> 
         return True
     await _running(pool, row, "resume")
     await _send(hub, row, Resume(job_id=row["id"], attempt=row["attempt"]))
-    controls = {**_controls(row), "suspended": False}
+    controls = {**controls_of(row), "suspended": False}
     await jobs.note(pool, row["id"], row["attempt"], f"resume asked by {by}", controls=controls)
     return False
 

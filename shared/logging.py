@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import orjson
 import structlog
@@ -20,7 +20,20 @@ def _dumps(obj: Any, default: Any = None) -> str:
     return orjson.dumps(obj, default=default or str).decode()
 
 
-def configure(service: str, level: str = "info", stream: TextIO | None = None) -> None:
+class CurrentStderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was set up:
+    for a command run as a function (tests, embedding) whose caller swaps it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def configure(
+    service: str, level: str = "info", stream: TextIO | CurrentStderr | None = None
+) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -30,7 +43,8 @@ def configure(service: str, level: str = "info", stream: TextIO | None = None) -
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stdout),
+        # PrintLogger needs only write() and flush().
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, stream or sys.stdout)),
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)

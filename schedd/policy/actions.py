@@ -51,6 +51,9 @@ class Resume:
 
 @dataclass(frozen=True, slots=True)
 class Migrate:
+    """Checkpoint the job and resume it on `node_id` (on GPUs chosen at its relaunch
+    there, not necessarily `gpu_uuids`, where the shell cannot hold them meanwhile)."""
+
     job_id: str
     node_id: str
     gpu_uuids: tuple[str, ...]
@@ -68,6 +71,7 @@ class Resize:
 class SetLimits:
     job_id: str
     reason: str
+    # None leaves that limit as it is.
     memory_cap_mib: int | None = None
     compute_share: int | None = None  # 0-100; 0 means suspended
 
