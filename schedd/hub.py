@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import signal
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import asyncpg
 from aiohttp import WSMsgType, web
 
 from schedd import job_controls
+from schedd.gpu_window import GpuWindow
 from schedd.store import jobs, nodes
 from shared import logging, protocol
 from shared.config import SchedConfig
@@ -49,7 +51,6 @@ class AgentLink:
     node_id: str
     ws: web.WebSocketResponse
     hello: Hello
-    samples: dict[str, protocol.GpuSample] = field(default_factory=dict)
     # False until welcomed and reconciled: the scheduler places only on ready links, so a
     # launch never precedes the welcome and reconciliation never requeues a fresh launch.
     ready: bool = False
@@ -87,6 +88,8 @@ class Hub:
         # Set by the scheduler's owner: called on every event that may free or need capacity.
         self.wake: Callable[[], None] = lambda: None
         self.links: dict[str, AgentLink] = {}
+        # The GPUs' busiest figures over the last `gpu_window_s`, for the snapshot.
+        self.gpu_window = GpuWindow(config.gpu_window_s)
         self.log_streams: dict[str, asyncio.Queue[LogChunk]] = {}
         self._lost_timers: dict[str, asyncio.Task[None]] = {}
         self._join_token = config.resolved_join_token().encode()
@@ -229,8 +232,11 @@ class Hub:
             case InputsStaged():
                 await job_controls.on_inputs_staged(self.pool, link.node_id, event)
             case GpuState():
+                now = time.time()
                 for sample in event.samples:
-                    link.samples[sample.uuid] = sample
+                    self.gpu_window.add(
+                        sample.uuid, now, sample.utilization_pct, sample.memory_used_mib
+                    )
                 await nodes.record_samples(self.pool, event.samples)
             case GpuFault():
                 # Shown to operators; taking the GPU out of placement comes with the

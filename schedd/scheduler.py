@@ -43,7 +43,6 @@ from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
 from shared.model import JobState
-from shared.protocol import GpuSample
 
 log = logging.get("scheduler")
 
@@ -270,7 +269,9 @@ class Scheduler:
     # ---- the snapshot ------------------------------------------------------------
 
     def nodes(self) -> tuple[Node, ...]:
-        """Connected, reconciled nodes: nothing is placed on a node that is away."""
+        """Connected, reconciled nodes: nothing is placed on a node that is away. Each
+        GPU's utilisation and memory used are its highest over the last `gpu_window_s`."""
+        now = time.time()
         return tuple(
             Node(
                 node_id=link.node_id,
@@ -280,10 +281,11 @@ class Scheduler:
                         index=g.index,
                         model=g.model,
                         memory_mib=g.memory_mib,
-                        utilization_pct=_util(link.samples.get(g.uuid)),
-                        memory_used_mib=_mem(link.samples.get(g.uuid)),
+                        utilization_pct=peak[0],
+                        memory_used_mib=peak[1],
                     )
                     for g in link.hello.inventory.gpus
+                    for peak in (self.hub.gpu_window.peak(g.uuid, now),)
                 ),
                 cpus=link.hello.inventory.cpus,
                 memory_mib=link.hello.inventory.memory_mib,
@@ -462,11 +464,3 @@ def _request(row: asyncpg.Record) -> Request:
             node_id=row.get("pin_node_id"),
         )
     )
-
-
-def _util(sample: GpuSample | None) -> int:
-    return sample.utilization_pct if sample else 0
-
-
-def _mem(sample: GpuSample | None) -> int:
-    return sample.memory_used_mib if sample else 0

@@ -81,6 +81,9 @@ class SchedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The resource estimator is trained on succeeded jobs this often (when jobs have
     # finished since); 0 turns it off (run times then come from specs and history).
     estimator_retrain_s: Annotated[float, Meta(ge=0)] = 300.0
+    # A GPU's utilisation and memory used, as policies see them, are its highest over
+    # this many seconds (a GPU that stayed below a mark that long may take a sharer).
+    gpu_window_s: Seconds = 300.0
     # A node gone this long has its jobs requeued (they are killed if it comes back).
     node_lost_after_s: Seconds = 300.0
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 1024 * 1024

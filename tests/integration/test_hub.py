@@ -222,3 +222,31 @@ async def test_no_launch_reaches_a_node_before_it_is_welcomed_and_reconciled(
     assert row["attempt"] == 1
     assert not any("lost" in (e["reason"] or "") for e in await jobs.events(pool, job_id))
     await close(ws)
+
+
+async def test_the_snapshot_shows_each_gpus_busiest_figures_over_the_window(
+    schedd: Schedd,
+) -> None:
+    ws = await connect(schedd.server)
+    await hello(ws)
+
+    def sample(util: int, memory: int) -> p.GpuSample:
+        return p.GpuSample(uuid="GPU-0", utilization_pct=util, memory_used_mib=memory)
+
+    await ws.send_bytes(p.encode(p.GpuState(samples=[sample(95, 900)])))
+    await ws.send_bytes(p.encode(p.GpuState(samples=[sample(5, 100)])))
+
+    def figures() -> dict[str, tuple[int, int]]:
+        return {
+            g.uuid: (g.utilization_pct, g.memory_used_mib)
+            for n in schedd.scheduler.nodes()
+            for g in n.gpus
+        }
+
+    async with asyncio.timeout(5):
+        while figures().get("GPU-0") != (95, 900):  # noqa: ASYNC110 - the hub's state
+            await asyncio.sleep(0.01)
+    # Busy a moment ago is busy for the policy, though the last sample is idle; a GPU
+    # never sampled reads as idle.
+    assert figures() == {"GPU-0": (95, 900), "GPU-1": (0, 0)}
+    await close(ws)
