@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 ENV = "GPUSCHED_TRACES"
 
@@ -15,3 +16,12 @@ def add_trace_dir(parser: argparse.ArgumentParser) -> None:
         required=ENV not in os.environ,
         help=f"directory of the public traces (default: ${ENV})",
     )
+
+
+def itp_paths(trace_dir: str, clusters: str | None) -> list[Path]:
+    """The ITP raw cluster traces, all or those named ("cluster01,cluster05")."""
+    paths = sorted((Path(trace_dir) / "itp" / "raw").glob("cluster*.csv"))
+    if clusters:
+        wanted = set(clusters.split(","))
+        paths = [p for p in paths if p.stem in wanted]
+    return paths

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _traces import add_trace_dir
+from _traces import add_trace_dir, itp_paths
 
 from schedd import policy
 from schedd.sim.engine import Simulation
@@ -86,10 +86,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="traces replayed at once")
     parser.add_argument("--plot", help="directory for the plots")
     args = parser.parse_args()
-    paths = sorted((Path(args.trace_dir) / "itp" / "raw").glob("cluster*.csv"))
-    if args.clusters:
-        wanted = set(args.clusters.split(","))
-        paths = [p for p in paths if p.stem in wanted]
+    paths = itp_paths(args.trace_dir, args.clusters)
     # Largest first, so that the pool does not end on one long replay.
     paths.sort(key=lambda p: -p.stat().st_size)
     print(

@@ -10,12 +10,13 @@ with Liquid's placement).
 
 Multi-node jobs run at `--locality` of full speed (the ITP traces name no models, so
 no per-model table applies; 1.0: no slowdown), and at `--cross-rack` of that again when
-their nodes span racks of `--rack-size` nodes. No preemption overheads. With `--mix2`,
-chronus/philly_MIX2.csv is replayed too, on 120x8, with its model_info.json.
+their nodes span racks of `--rack-size` nodes. No preemption overheads. `--traces`
+chooses the ITP traces, chronus/philly_MIX2.csv (on 120x8, with its model_info.json),
+or both.
 
     .venv/bin/python bench/seed_policies.py [--trace-dir DIR] [--jobs 2]
         [--profiles liquid,liquid@best_fit,tiresias,default] [--clusters cluster01]
-        [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--mix2]
+        [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--traces itp,mix2]
 
 Figures only: nothing here asserts.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _traces import add_trace_dir
+from _traces import add_trace_dir, itp_paths
 from _version import code_version
 from itp_compare import cluster_for
 
@@ -87,16 +88,16 @@ def main() -> None:
     parser.add_argument("--rack-size", type=int)
     parser.add_argument("--cross-rack", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
-    parser.add_argument("--mix2", action="store_true", help="chronus/philly_MIX2.csv too")
+    parser.add_argument("--traces", default="itp", help="itp, mix2 or itp,mix2 (default: itp)")
     args = parser.parse_args()
     names = args.profiles.split(",")
     for name in names:
         profile(name)  # a wrong name fails before any replay
-    paths = sorted((Path(args.trace_dir) / "itp" / "raw").glob("cluster*.csv"))
-    if args.clusters:
-        wanted = set(args.clusters.split(","))
-        paths = [p for p in paths if p.stem in wanted]
-    if args.mix2:
+    kinds = set(args.traces.split(","))
+    if not kinds or kinds - {"itp", "mix2"}:
+        parser.error(f"--traces: expected itp, mix2 or both, got {args.traces!r}")
+    paths = itp_paths(args.trace_dir, args.clusters) if "itp" in kinds else []
+    if "mix2" in kinds:
         paths.append(Path(args.trace_dir) / "chronus" / MIX2)
     print(
         f"code: {code_version()}; locality {args.locality}; rack size {args.rack_size};"

@@ -36,8 +36,3 @@ class GpuWindow:
             if until > start:  # held at some time inside the window
                 util, memory = max(util, u), max(memory, m)
         return util, memory
-
-    def forget(self, uuids: list[str]) -> None:
-        """Drop the GPUs of a node that left for good."""
-        for uuid in uuids:
-            self._samples.pop(uuid, None)

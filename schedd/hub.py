@@ -237,7 +237,7 @@ class Hub:
                     self.gpu_window.add(
                         sample.uuid, now, sample.utilization_pct, sample.memory_used_mib
                     )
-                await nodes.record_samples(self.pool, event.samples)
+                await nodes.record_samples(self.pool, link.node_id, event.samples)
             case GpuFault():
                 # Shown to operators; taking the GPU out of placement comes with the
                 # node-health work.

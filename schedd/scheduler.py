@@ -20,7 +20,7 @@ from schedd import policy_config
 from schedd.cached_read import CachedRead
 from schedd.estimator.examples import example
 from schedd.estimator.features import of_row
-from schedd.estimator.forest import Estimator
+from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Wait
@@ -55,7 +55,6 @@ USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this of
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
-ESTIMATOR_JOBS = 5000  # the most recent succeeded jobs it learns from
 # A preemption is in flight from its commit until the victim's exit, at most its kill
 # grace and this long: beyond that its node is taken to be away, and holds nothing back.
 PREEMPT_SETTLE_S = 5.0
@@ -148,11 +147,11 @@ class Scheduler:
         """Train the resource estimator on the latest succeeded jobs, if any finished
         since the last training (in a thread: it is CPU work)."""
         async with self._training:  # one training at a time; a second caller waits
-            rows = await jobs.finished_for_estimates(self.pool, ESTIMATOR_JOBS)
-            seen = (len(rows), rows[0]["id"] if rows else None)
+            seen = await jobs.succeeded_mark(self.pool)
             if seen == self._estimator_seen:
-                return self.estimator
-            trained = await asyncio.to_thread(Estimator.train, [example(r) for r in rows])
+                return self.estimator  # nothing finished since: no 5,000 rows to read
+            rows = await jobs.finished_for_estimates(self.pool, TRAIN_ON_JOBS)
+            trained = await asyncio.to_thread(lambda: Estimator.train([example(r) for r in rows]))
             self.estimator, self.estimator_trained_at = trained, time.time()
             self._estimator_seen = seen
         log.info(

@@ -159,9 +159,9 @@ def prepare(args: Any) -> tuple[dict[str, Any], Gpu]:
     return torch_info, gpu
 
 
-def measure(gpu: Gpu, run: Callable[[], Coroutine[Any, Any, T]]) -> T | int:
-    """The benchmark's figures, or the exit status it ends with (1: a job failed,
-    130: interrupted); the GPU is closed either way."""
+def measure(gpu: Gpu, run: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """The benchmark's figures; a failed job ends the script with status 1, an
+    interruption with 130. The GPU is closed either way."""
     others = gpu.processes()
     if others:
         say(f"note: other processes use this GPU ({sorted(others)}): the figures are disturbed")
@@ -169,10 +169,10 @@ def measure(gpu: Gpu, run: Callable[[], Coroutine[Any, Any, T]]) -> T | int:
         return asyncio.run(run())
     except JobFailed as exc:
         print(f"measurement failed: {exc}", file=sys.stderr)
-        return 1
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        raise SystemExit(130) from None
     finally:
         gpu.close()
 

@@ -657,8 +657,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot measure: {exc}", file=sys.stderr)
         return 2
     figures = measure(gpu, Bench(args, gpu, settings).run)
-    if isinstance(figures, int):
-        return figures
     result = {
         "benchmark": "coordinated_pair",
         "conditions": conditions(gpu, torch_info, args.python),

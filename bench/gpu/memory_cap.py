@@ -273,8 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch_info, gpu = prepare(args)
     cases = measure(gpu, CapBench(args, gpu).run)
-    if isinstance(cases, int):
-        return cases
     result = {
         "benchmark": "memory_cap",
         "conditions": conditions(gpu, torch_info, args.python),

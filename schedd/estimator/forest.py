@@ -23,6 +23,7 @@ from schedd.estimator.features import Features
 TARGETS = ("run_time_s", "gpu_memory_peak_mib", "gpu_util_pct", "gpu_util_std_pct")
 LOG_TARGETS = frozenset({"run_time_s"})
 MIN_JOBS = 20  # fewer finished jobs than this tell too little to learn a target from
+TRAIN_ON_JOBS = 5000  # the most recent succeeded jobs a training learns from
 TREES = 50
 
 

@@ -49,8 +49,8 @@ class View:
     reserved: dict[str, Reservation] = field(default_factory=dict)  # GPU uuid ->
     reservations: dict[str, Reservation] = field(default_factory=dict)  # job id ->
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
-    # node -> job size -> jobs; the inner dicts are shared with the kept totals: replaced,
-    # never edited.
+    # node -> job size -> jobs; the inner dicts are shared with the kept totals until
+    # `writable` copies a node's.
     gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)  # nodes whose capacity entry is a copy
     # Answers that stay true for the rest of the cycle, keyed by the plugin that found
@@ -150,14 +150,16 @@ class View:
     # ---- the plan's decisions --------------------------------------------------
 
     def writable(self, node_id: str) -> FreeCapacity:
-        """The node's free capacity, this plan's own to change: the entries a view
-        starts with are shared with the kept totals (and other plans), so the first
-        change copies one."""
+        """The node's free capacity (and job sizes), this plan's own to change: the
+        entries a view starts with are shared with the kept totals (and other plans),
+        so the first change copies them."""
         cap = self.capacity[node_id]
         if node_id not in self.owned:
             cap = self.capacity[node_id] = FreeCapacity(
                 cap.node, cap.free_gpus, cap.cpus, cap.memory_mib
             )  # FreeCapacity replaces its list of GPUs on a change, never edits it
+            if node_id in self.gpu_sizes:
+                self.gpu_sizes[node_id] = dict(self.gpu_sizes[node_id])
             self.owned.add(node_id)
         return cap
 
@@ -168,7 +170,7 @@ class View:
             del self.by_free[len(cap.free_gpus)][shard.node_id]
             cap.take(shard.gpu_uuids, part)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
-            sizes = self.gpu_sizes[shard.node_id] = dict(self.gpu_sizes.get(shard.node_id, {}))
+            sizes = self.gpu_sizes.setdefault(shard.node_id, {})  # owned: `writable` above
             sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
         r = job.request.resources()
         for q in lineage(job.queue):

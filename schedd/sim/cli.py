@@ -237,6 +237,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "preempt_overhead_s": args.preempt_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,
+                "estimates": args.estimates,
                 "queues": args.queues,
             },
             "time_unit": "s",

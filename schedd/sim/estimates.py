@@ -3,21 +3,23 @@
 - "oracle": the job's true run time (its duration in the trace).
 - "history": the mean measured run time (all attempts, wall clock) of the earlier
   finished jobs of the same user and name; None before the first one finishes.
-- "forest": the live scheduler's way: the resource estimator (`schedd.estimator`)
-  trained on the jobs finished so far (user, name, queue, GPUs), trained again each
-  time they have grown by a quarter; the per-name history until 20 have finished.
+- "forest" (`schedctl sim --estimates forest`; a profile's own `estimates` is "history"
+  or "oracle"): the resource estimator (`schedd.estimator`) trained on the jobs
+  finished so far, from what a trace says of them (user, name, queue, GPUs: no
+  iterations or labels), trained again each time they have grown by a quarter (the
+  live scheduler: every `estimator_retrain_s`); the per-name history until 20 have
+  finished, and for a job the forest cannot predict.
 - anything else: None (the policy uses its own default).
 """
 
 from __future__ import annotations
 
 from schedd.estimator.features import Features, features
-from schedd.estimator.forest import MIN_JOBS, Estimator, Example
+from schedd.estimator.forest import MIN_JOBS, TRAIN_ON_JOBS, Estimator, Example
 from schedd.sim.traces import TraceJob
 
 HistoryKey = tuple[str, str]  # (user, name)
 RETRAIN_GROWTH = 1.25  # train again once this many times as many jobs have finished
-TRAIN_ON = 5000  # the most recent finished jobs a training uses, as the live scheduler
 
 
 class Estimates:
@@ -41,10 +43,10 @@ class Estimates:
             return job.duration_s
         if self.source == "forest" and self._forest is not None:
             known = self._predicted.get(job.job_id)
-            if known is None:
-                (known,) = self._forest.run_times([_features(job)]) or [0.0]
-                self._predicted[job.job_id] = known
-            return known
+            if known is None and (predicted := self._forest.run_times([_features(job)])):
+                known = self._predicted[job.job_id] = predicted[0]
+            if known is not None:
+                return known
         if self.source in ("history", "forest"):
             found = self._sums.get((job.user, job.name))
             return None if found is None else found[0] / found[1]
@@ -66,7 +68,7 @@ class Estimates:
             self._examples.append(Example(_features(job), {"run_time_s": run_time_s}))
             done = len(self._examples)
             if done >= MIN_JOBS and done >= self._trained_at * RETRAIN_GROWTH:
-                self._forest = Estimator.train(self._examples[-TRAIN_ON:])
+                self._forest = Estimator.train(self._examples[-TRAIN_ON_JOBS:])
                 self._trained_at = done
                 self._predicted = {}
                 self.trainings += 1

@@ -438,6 +438,16 @@ async def record_progress(
     )
 
 
+async def succeeded_mark(pool: asyncpg.Pool) -> tuple[int, str | None]:
+    """How many jobs have succeeded and the latest of them: changes when one more does."""
+    row = await pool.fetchrow(
+        "SELECT count(*) AS n, (SELECT id FROM jobs WHERE state = 'succeeded'"
+        " ORDER BY finished_at DESC LIMIT 1) AS latest FROM jobs WHERE state = 'succeeded'"
+    )
+    assert row is not None
+    return row["n"], row["latest"]
+
+
 async def finished_for_estimates(pool: asyncpg.Pool, last: int) -> list[asyncpg.Record]:
     """The last `last` succeeded jobs, with what they took, for the resource estimator."""
     return await pool.fetch(

@@ -50,9 +50,10 @@ async def disconnect_all(pool: asyncpg.Pool) -> None:
     await pool.execute("UPDATE nodes SET connected = false WHERE connected")
 
 
-async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
-    """The GPUs' last samples, and each running job's usage so far: the peak memory on
-    any of its GPUs, and its GPUs' utilisation averaged into one sample per report."""
+async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSample]) -> None:
+    """The GPUs' last samples, and the usage so far of each job running on the node:
+    the peak memory on any of its GPUs, and its GPUs' utilisation averaged into one
+    sample per report."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.executemany(
             "UPDATE gpus SET utilization_pct = $2, memory_used_mib = $3, updated_at = now()"
@@ -64,7 +65,8 @@ async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
             WITH s AS (
                 SELECT j.id, max(s.mem) AS mem, avg(s.util)::float8 AS util
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
-                JOIN jobs j ON j.state = 'running' AND s.uuid = ANY(j.gpu_uuids)
+                JOIN jobs j
+                  ON j.state = 'running' AND j.node_id = $4 AND s.uuid = ANY(j.gpu_uuids)
                 GROUP BY j.id
             )
             UPDATE jobs j SET
@@ -78,6 +80,7 @@ async def record_samples(pool: asyncpg.Pool, samples: list[GpuSample]) -> None:
             [s.uuid for s in samples if s.error is None],
             [s.utilization_pct for s in samples if s.error is None],
             [s.memory_used_mib for s in samples if s.error is None],
+            node_id,
         )
 
 

@@ -22,7 +22,10 @@ def test_a_prefetch_finishes_before_the_launch(cluster: Cluster, tmp_path: Path)
     cluster.start_agent("node-a", gpus=1)
     alice = cluster.token("alice")
 
-    running = cluster.submit(alice, script="sleep 6", gpus=1, estimated_runtime_s=6)
+    # Runs until the test lets it end (expected to end within seconds: in the horizon).
+    go = tmp_path / "go"
+    wait_for_go = f"while [ ! -e {go} ]; do sleep 0.1; done"
+    running = cluster.submit(alice, script=wait_for_go, gpus=1, estimated_runtime_s=6)
     cluster.wait_state(alice, running, "running")
     waiting = cluster.submit(alice, script="true", gpus=1, inputs=[data.as_uri()])
 
@@ -38,6 +41,7 @@ def test_a_prefetch_finishes_before_the_launch(cluster: Cluster, tmp_path: Path)
     asked = next(r for r in reasons() if r.startswith("prefetch of its inputs to node node-a"))
     assert "asked by the scheduler: node node-a is expected to free 1 GPU(s)" in asked
 
+    go.touch()
     done = cluster.wait_state(alice, waiting, "succeeded", timeout=60)
     order = [e["reason"] for e in done["events"]]
     launched = next(i for i, e in enumerate(done["events"]) if e["to"] == "assigned")

@@ -34,13 +34,17 @@ async def test_gpu_samples_add_up_to_a_running_jobs_usage(pool: asyncpg.Pool) ->
     row, _ = await jobs.submit(pool, "alice", spec("bert", gpus=2), None)
     other, _ = await jobs.submit(pool, "alice", spec("bert"), None)  # pending: untouched
     await pool.execute(
-        "UPDATE jobs SET state = 'running', gpu_uuids = $2 WHERE id = $1", row["id"], ["g1", "g2"]
+        "UPDATE jobs SET state = 'running', node_id = 'n1', gpu_uuids = $2 WHERE id = $1",
+        row["id"],
+        ["g1", "g2"],
     )
     await nodes.record_samples(
-        pool, [sample("g1", 80, 1000), sample("g2", 60, 3000), sample("g9", 5, 5)]
+        pool, "n1", [sample("g1", 80, 1000), sample("g2", 60, 3000), sample("g9", 5, 5)]
     )
+    # The same GPU names reported by another node are another node's GPUs.
+    await nodes.record_samples(pool, "n2", [sample("g1", 99, 99_999)])
     unread = GpuSample(uuid="g2", utilization_pct=100, memory_used_mib=80_000, error="lost")
-    await nodes.record_samples(pool, [sample("g1", 100, 2000), unread])
+    await nodes.record_samples(pool, "n1", [sample("g1", 100, 2000), unread])
     used = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", row["id"])
     assert used["gpu_memory_peak_mib"] == 3000
     assert used["gpu_util_samples"] == 2

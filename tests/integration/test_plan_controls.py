@@ -64,7 +64,7 @@ async def test_controls_of_jobs_not_running_change_nothing(
     execute = schedd.scheduler.executor.execute
     before = await jobs.events(pool, row["id"])
     assert not await execute(Suspend(row["id"], "x"))
-    assert not await execute(Resize(row["id"], 8, "the same count"))
+    assert not await execute(Resize(row["id"], 4, "fewer GPUs"))  # not running
     assert not await execute(SetLimits("no-such-job", "x", compute_share=10))
     assert await jobs.events(pool, row["id"]) == before
     assert (await jobs.get(pool, row["id"]))["state"] == "pending"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedd.policy.actions import AdmitDeadline, Plan
 from schedd.policy.deadline_admission import DeadlineJob, decide
@@ -83,17 +85,34 @@ def test_efficiency_keeps_room_for_fragmentation() -> None:
     assert not decide([job], 8, 0.0, 0.9)["j"].admitted
 
 
-def test_admission_is_the_same_every_time() -> None:
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 8), st.floats(60.0, 4 * H), st.floats(1.0, 4.0), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_admitted_jobs_fit_every_deadlines_demand_bound(
+    specs: list[tuple[int, float, float, bool]],
+) -> None:
+    """Whatever it admits, the GPU-seconds due by each admitted deadline fit in what 16
+    GPUs deliver by then at 0.9 (EDF's demand bound), and it admits some job whenever
+    one alone would fit."""
     jobs = [
-        slo(
-            job_id=str(i), gpus=1 + i % 8, remaining_s=600.0 * (1 + i % 7), deadline=H * (1 + i % 5)
-        )
-        for i in range(60)
+        slo(job_id=str(i), gpus=g, remaining_s=r, deadline=r * stretch, committed=c)
+        for i, (g, r, stretch, c) in enumerate(specs)
     ]
-    first = decide(jobs, 16, 0.0, 0.9)
-    assert any(d.admitted for d in first.values())
-    assert any(not d.admitted for d in first.values())
-    assert decide(list(reversed(jobs)), 16, 0.0, 0.9) == first
+    answer = decide(jobs, 16, 0.0, 0.9)
+    admitted = [j for j in jobs if answer[j.job_id].admitted]
+    for bound in {j.deadline for j in admitted}:
+        due = sum(
+            j.gpus * max(0.0, (j.remaining_s or 0.0) - max(0.0, j.deadline - bound))
+            for j in admitted
+        )
+        assert due <= 0.9 * 16 * bound * (1 + 1e-6)
+    if any(j.gpus * (j.remaining_s or 0.0) <= 0.9 * 16 * j.deadline for j in jobs):
+        assert admitted
 
 
 # ---- the chronus profile --------------------------------------------------------

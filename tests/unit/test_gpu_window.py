@@ -23,5 +23,3 @@ def test_old_samples_are_dropped_but_the_one_holding_into_the_window_is_kept() -
         w.add("g", float(t), t % 7 * 10, 0)
     assert len(w._samples["g"]) <= 12
     assert w.peak("g", 99.0) == (60, 0)
-    w.forget(["g"])
-    assert w.peak("g", 99.0) == (0, 0)

@@ -133,3 +133,23 @@ def test_a_bad_queue_file_names_the_key(
         main(argv)
     assert exit_info.value.code == 2
     assert 'queues."x".guarantee: unknown key' in capsys.readouterr().err
+
+
+def test_deadlines_racks_and_estimates_reach_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "slo.csv"
+    # `a` has a deadline; `b` and the 2-GPU gang `c` (two 1-GPU nodes in two racks: at
+    # half speed, 10 s of work take 20) are best-effort.
+    trace.write_text("job_id,submit_time,duration,num_gpu,deadline\na,0,60,1,1000\nb,0,120,1,\n"
+                     "c,200,10,2,\n")  # fmt: skip
+    out = tmp_path / "out.json"
+    args = ["--trace", str(trace), "--format", "csv", "--cluster", "2x1", "--rack-size", "1",
+            "--cross-rack-speed", "0.5", "--estimates", "history", "--json", str(out)]  # fmt: skip
+    main(sim(*args))
+    assert "best-effort avg JCT (s)" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert (data["options"]["cross_rack_speed"], data["options"]["estimates"]) == (0.5, "history")
+    [run] = data["runs"]
+    assert run["deadline_miss_rate"] == 0.0
+    assert run["jct_best_effort_avg_s"] == pytest.approx((120 + 20) / 2)

@@ -86,11 +86,10 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
 
 
 _best = Kept[dict[str, float]]()
-_crossing = Kept[tuple[float | None, float]]()  # (earliest, found at)
 
 
 def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
-    """Per tenant queue, the highest index waiting (the same object while it is equal)."""
+    """Per tenant queue, the highest index waiting."""
     pending = view.snapshot.pending
     known = _best.get(pending, learned)
     if known is None:
@@ -99,8 +98,7 @@ def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
             value = learned.index(waiter.attained_s)
             if value > best.get(waiter.queue, 0.0):
                 best[waiter.queue] = value
-        previous = _best.last()
-        known = _best.put(previous if previous == best else best, pending, learned)
+        known = _best.put(best, pending, learned)
     return known
 
 
@@ -116,14 +114,9 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
     and the best waiting index stay the same: a queue's answer is computed again only
     when one changes or the time has passed."""
     best = _best_waiting(view, learned)
-    placed = view.snapshot.placed
     now = view.now
-    kept = _crossing.get(placed, best, learned)
-    if kept is not None and kept[1] <= now and (kept[0] is None or kept[0] > now):
-        return kept[0]
     by_queue = placed_by_queue(view)
     earliest: float | None = None
-    fixed = True  # every time found is fixed: the answer holds until it passes
     for queue, waiting in best.items():
         jobs = by_queue.get(queue)
         if not jobs:
@@ -144,11 +137,8 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
                 _queue_crossings[queue] = (jobs, waiting, learned, now, when)
             else:
                 _queue_crossings.pop(queue, None)
-                fixed = False
         if when is not None and (earliest is None or when < earliest):
             earliest = when
-    if fixed:
-        _crossing.put((earliest, now), placed, best, learned)
     return earliest
 
 

@@ -31,17 +31,20 @@ def rank(job: PendingJob | PlacedJob, view: View) -> float:
     learned = table(view)
     if learned is None:
         return float(level(job, view))
-    if isinstance(job, PlacedJob) and job.attained_as_of is not None:
-        return _running_rank(job, view, learned)[0]
     return -learned.index(view.attained(job))
 
 
 def placed_rank(job: PlacedJob, view: View, learned: GittinsTable) -> tuple[float, float]:
     """A placed job's rank under a table, and until when (from now) it holds for this
-    job object: a running job's rank changes as its service grows, any other's not."""
-    if job.attained_as_of is not None:
-        return _running_rank(job, view, learned)
-    return -learned.index(view.attained(job)), math.inf
+    job object: the index is a step function of service, and a running job's service
+    grows at its GPU count per second from `attained_as_of`; any other's stays."""
+    attained = view.attained(job)
+    step = bisect.bisect_right(learned.points, attained)
+    value = -learned.indices[step - 1]
+    growing = job.attained_as_of is not None and job.state == "running" and job.request.gpus > 0
+    if not growing or step >= len(learned.points):
+        return value, math.inf
+    return value, view.now + (learned.points[step] - attained) / job.request.gpus
 
 
 def pending_rank(view: View) -> Callable[[PendingJob], float]:
@@ -53,35 +56,6 @@ def pending_rank(view: View) -> Callable[[PendingJob], float]:
         return lambda j: float(bisect.bisect_right(thresholds, j.attained_s))
     points, indices = learned.points, learned.indices
     return lambda j: -indices[bisect.bisect_right(points, j.attained_s) - 1]
-
-
-# Per running job (by id; the job held so that the id stays its own): its rank under a
-# table and until when it holds. The index is a step function of service and a running
-# job's service grows at its GPU count per second from `attained_as_of`, so the rank
-# holds until the next step; this is asked of every running job at every plan.
-_running: dict[int, tuple[PlacedJob, GittinsTable, float, float, float]] = {}
-_RUNNING_KEPT = 50_000  # entries kept before those of jobs gone are dropped
-
-
-def _running_rank(job: PlacedJob, view: View, learned: GittinsTable) -> tuple[float, float]:
-    """Its rank and until when it holds, kept as (job, table, rank, from, until): it
-    holds for `now` in [from, until), while the job's service stays on one step."""
-    now = view.now
-    hit = _running.get(id(job))
-    if hit is not None and hit[0] is job and hit[1] is learned and hit[3] <= now < hit[4]:
-        return hit[2], hit[4]
-    attained = view.attained(job)
-    step = bisect.bisect_right(learned.points, attained)
-    value = -learned.indices[step - 1]
-    until = math.inf
-    if step < len(learned.points) and job.request.gpus > 0 and job.state == "running":
-        until = now + (learned.points[step] - attained) / job.request.gpus
-    if len(_running) >= _RUNNING_KEPT:
-        placed = {id(j) for j in view.snapshot.placed}
-        for key in [k for k in _running if k not in placed]:
-            del _running[key]
-    _running[id(job)] = (job, learned, value, now, until)
-    return value, until
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:

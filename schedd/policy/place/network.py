@@ -78,9 +78,8 @@ def _best_fit_by_level(job: PendingJob, view: View) -> Placement | NoFit:
 def spread_cost(shards: tuple[Shard, ...], view: View) -> float:
     """What a job's spread costs to communicate: 0 on one node."""
     s = view.settings
-    labels = [view.capacity[shard.node_id].node.labels for shard in shards]
-    racks = {(lb.get("domain", ""), lb.get("rack", "")) for lb in labels}
-    domains = {lb.get("domain", "") for lb in labels}
+    racks = {_rack_of(shard.node_id, view) for shard in shards}
+    domains = {domain for domain, _ in racks}
     return (
         s.network_cost_node * (len(shards) - 1)
         + s.network_cost_rack * (len(racks) - 1)
@@ -99,8 +98,6 @@ def _gang(job: PendingJob, view: View) -> Placement | NoFit:
     # Racks named within their domain, as `spread_cost` counts them.
     groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for node in view.snapshot.nodes:
-        if node.node_id not in view.capacity:
-            continue  # away
         domain = node.labels.get("domain", "")
         if "rack" in node.labels:
             groups[("rack", domain, node.labels["rack"])].append(node.node_id)
