@@ -137,6 +137,20 @@ class Coordination:
         self._drop_idle(job.gpus)
         self._handle(decisions)
 
+    def set_kind(self, key: str, kind: str) -> None:
+        """The job is now of `kind` (schedd upgraded an opportunistic job): it leaves its
+        GPUs' coordinators and joins them again as that kind. A job no longer steered
+        is set free: full share, no memory cap."""
+        job = self._jobs.get(key)
+        if job is None or job.kind == kind:
+            return
+        gpus, throttled = list(job.gpus), key in self._sent
+        self.job_ended(key)
+        self.job_started(key, kind, gpus)
+        if throttled and self._wanted(key) is None and self.shims.is_open(key):
+            self.shims.set_limits(key, share=100, memory_cap_mib=None)
+        log.info("job kind changed", job_key=key, kind=kind)
+
     def states(self) -> list[CoordinatorState]:
         """What each coordinator believes, by GPU UUID: for status pages and debugging."""
         return [self._coordinators[uuid].state() for uuid in sorted(self._coordinators)]

@@ -14,8 +14,10 @@ import random
 import aiohttp
 
 from agentd import logs
+from agentd.coordination import Coordination
 from agentd.gpu import GpuBackend, changed
 from agentd.job_controls import JobControls
+from agentd.job_observers import job_key
 from agentd.runner import Runner, end_message
 from agentd.stager import StageError, Stager
 from shared import logging, protocol
@@ -34,6 +36,7 @@ from shared.protocol import (
     Msg,
     Prefetch,
     Resume,
+    SetKind,
     SetLimits,
     Suspend,
     Welcome,
@@ -61,6 +64,7 @@ class Link:
         # The runner posts through this link, so the owner sets it after building both.
         self.runner: Runner | None = None
         self.controls: JobControls | None = None
+        self.coordination: Coordination | None = None  # None: coordinator disabled
         self._send_lock = asyncio.Lock()
         self._outbox: asyncio.Queue[Msg] | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -184,6 +188,10 @@ class Link:
                 runner.ack(command.job_id, command.attempt)
             case SetLimits() | Suspend() | Resume() | Checkpoint():
                 self._control(command)
+            case SetKind():
+                if self.coordination is not None:
+                    key = job_key(command.job_id, command.attempt)
+                    self.coordination.set_kind(key, command.kind)
             case Prefetch():
                 if runner.stager is not None:
                     self.supervisor.spawn(

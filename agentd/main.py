@@ -111,9 +111,13 @@ async def async_main(config: AgentConfig) -> None:
         stager=stager,
     )
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
+    coordinated = (
+        coordination(config, inventory, shims, link) if config.coordinator.enabled else None
+    )
+    link.coordination = coordinated
     observers = JobObservers(
         controls,
-        *([coordination(config, inventory, shims, link)] if config.coordinator.enabled else []),
+        *([coordinated] if coordinated is not None else []),
         *([SimulatedUsage(backend)] if isinstance(backend, gpu.SimulatedBackend) else []),
     )
     shims.on_event = observers.on_shim_event

@@ -1,4 +1,5 @@
-"""The seed systems' profiles on the ITP traces: average JCT, makespan, GPU allocation.
+"""The seed systems' profiles on the ITP traces: average JCT, makespan, GPU allocation
+and compute utilisation.
 
 For each itp/raw/clusterNN.csv, on the cluster `itp_compare.py` sizes (8-GPU nodes
 holding the trace's average demand, so that jobs queue), replays each profile and
@@ -6,17 +7,22 @@ prints one Markdown row per (trace, profile). Besides the named profiles, a vari
 `NAME@PLACE` is the profile with its placement plugin replaced by PLACE: the difference
 is what a placement buys under the same order (`liquid@best_fit`: Liquid's order
 without its network-aware placement and batch packing; `default@network`: the default
-with Liquid's placement).
+with Liquid's placement); `NAME+ANTICIPATE` adds an anticipate plugin
+(`default+opportunistic`: the default with AntMan's kinds over time).
 
 Multi-node jobs run at `--locality` of full speed (the ITP traces name no models, so
 no per-model table applies; 1.0: no slowdown), and at `--cross-rack` of that again when
-their nodes span racks of `--rack-size` nodes. No preemption overheads. `--traces`
+their nodes span racks of `--rack-size` nodes. No preemption overheads. Each job keeps
+its GPUs busy a utilisation drawn from `--gpu-util` (the simulator's assumed model,
+sim/sharing.py), which places opportunistic jobs and gives the utilisation column.
+`--traces`
 chooses the ITP traces, chronus/philly_MIX2.csv (on 120x8, with its model_info.json),
 or both.
 
     .venv/bin/python bench/seed_policies.py [--trace-dir DIR] [--jobs 2]
         [--profiles liquid,liquid@best_fit,tiresias,default] [--clusters cluster01]
         [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--traces itp,mix2]
+        [--gpu-util 10-100]
 
 Figures only: nothing here asserts.
 """
@@ -37,23 +43,38 @@ from itp_compare import cluster_for
 
 from schedd import policy
 from schedd.policy.profiles import BUILTIN
-from schedd.sim.engine import Simulation
+from schedd.sim.engine import SimOptions, Simulation
 from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
 from schedd.sim.shape import parse_shape
+from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
 from schedd.sim.traces import read_trace
 
 MIX2 = "philly_MIX2.csv"
 
 
 def profile(name: str) -> policy.Profile:
-    if "@" in name:
-        base, place = name.split("@", 1)
-        return policy.build(name, dataclasses.replace(BUILTIN[base], place=place))
-    return policy.profile(name)
+    """A built-in profile, or a variant: NAME@PLACE, NAME+ANTICIPATE, or both."""
+    base, _, extra = name.partition("+")
+    base, _, place = base.partition("@")
+    if not place and not extra:
+        return policy.profile(name)
+    spec = BUILTIN[base]
+    if place:
+        spec = dataclasses.replace(spec, place=place)
+    if extra:
+        spec = dataclasses.replace(spec, anticipate=(*spec.anticipate, extra))
+    return policy.build(name, spec)
 
 
-def replay(path: Path, name: str, locality: float, rack_size: int | None, cross_rack: float) -> str:
+def replay(
+    path: Path,
+    name: str,
+    locality: float,
+    rack_size: int | None,
+    cross_rack: float,
+    sharing: SharingModel,
+) -> str:
     if path.name == MIX2:
         trace = read_trace(path, "chronus")
         shape = dataclasses.replace(parse_shape("120x8"), nodes_per_rack=rack_size)
@@ -63,7 +84,8 @@ def replay(path: Path, name: str, locality: float, rack_size: int | None, cross_
         trace = read_trace(path, "itp")
         shape = dataclasses.replace(cluster_for(trace, 1.0), nodes_per_rack=rack_size)
         model = LocalityModel(default=locality, cross_rack=cross_rack)
-    result = Simulation(trace, shape, profile(name), locality=model).run()
+    options = SimOptions(sharing=sharing)
+    result = Simulation(trace, shape, profile(name), options, locality=model).run()
     s = summarize(result)
     cells = [
         path.stem,
@@ -73,6 +95,9 @@ def replay(path: Path, name: str, locality: float, rack_size: int | None, cross_
         f"{s.queueing_avg_s / 60:,.1f}",
         f"{s.makespan_s / 60:,.0f}",
         f"{100 * s.allocation_avg:.1f}%",
+        f"{100 * s.utilization_avg:.1f}%",
+        f"{100 * s.utilization_backlogged:.1f}%",
+        f"{s.actions.get('SetKind opportunistic', 0):,}",
         f"{s.preemptions:,}",
         f"{result.wall_s:.0f}",
     ]
@@ -89,7 +114,12 @@ def main() -> None:
     parser.add_argument("--cross-rack", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
     parser.add_argument("--traces", default="itp", help="itp, mix2 or itp,mix2 (default: itp)")
+    parser.add_argument("--gpu-util", default="10-100", help="LOW-HIGH percent (default 10-100)")
     args = parser.parse_args()
+    try:
+        sharing = SharingModel(*parse_util_range(args.gpu_util))
+    except SharingError as exc:
+        parser.error(str(exc))
     names = args.profiles.split(",")
     for name in names:
         profile(name)  # a wrong name fails before any replay
@@ -101,16 +131,17 @@ def main() -> None:
         paths.append(Path(args.trace_dir) / "chronus" / MIX2)
     print(
         f"code: {code_version()}; locality {args.locality}; rack size {args.rack_size};"
-        f" cross-rack {args.cross_rack}"
+        f" cross-rack {args.cross_rack}; GPU utilisation {args.gpu_util}% (assumed)"
     )
     print(
         "| trace | cluster | profile | avg JCT (min) | avg queueing (min) | makespan (min)"
-        " | GPU allocation | preemptions | replay s |"
+        " | GPU allocation | GPU utilisation | utilisation while jobs wait"
+        " | turned opportunistic | preemptions | replay s |"
     )
-    print("|" + " --- |" * 9)
+    print("|" + " --- |" * 12)
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(replay, p, n, args.locality, args.rack_size, args.cross_rack)
+            pool.submit(replay, p, n, args.locality, args.rack_size, args.cross_rack, sharing)
             for p in paths
             for n in names
         ]

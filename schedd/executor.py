@@ -20,6 +20,7 @@ from schedd.policy.actions import (
     Prefetch,
     Resize,
     Resume,
+    SetKind,
     SetLimits,
     Stop,
     Suspend,
@@ -34,7 +35,7 @@ from shared.protocol import Launch as LaunchMsg
 log = logging.get("executor")
 
 # The plan's actions that control a job already known to the store.
-Control = Prefetch | SetLimits | Suspend | Resume | Migrate | Resize
+Control = Prefetch | SetLimits | SetKind | Suspend | Resume | Migrate | Resize
 
 
 class Executor:
@@ -55,7 +56,7 @@ class Executor:
             case Preempt():
                 moved = await self.cancel(action.job_id, action.reason)  # stop, no requeue
                 return moved.ok
-            case Prefetch() | SetLimits() | Suspend() | Resume() | Migrate() | Resize():
+            case Prefetch() | SetLimits() | SetKind() | Suspend() | Resume() | Migrate() | Resize():
                 return await self.control(action)
             case AdmitDeadline():
                 recorded = await jobs.decide_deadline(
@@ -94,6 +95,8 @@ class Executor:
                         else action.memory_cap_mib
                     )
                     await job_controls.set_limits(pool, hub, row, by, share, cap)
+                case SetKind():
+                    await job_controls.set_kind(pool, hub, row, by, action.kind)
                 case Suspend():
                     await job_controls.suspend(pool, hub, row, by, free=False)
                 case Resume():

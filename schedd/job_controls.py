@@ -17,7 +17,7 @@ import asyncpg
 
 from schedd.store import jobs
 from shared import logging
-from shared.model import TERMINAL, JobState
+from shared.model import TERMINAL, JobKind, JobState
 from shared.protocol import (
     Checkpoint,
     InputsStaged,
@@ -26,6 +26,7 @@ from shared.protocol import (
     JobProgress,
     Prefetch,
     Resume,
+    SetKind,
     SetLimits,
     Suspend,
 )
@@ -46,7 +47,7 @@ async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
 
 
 async def _send(
-    hub: Hub, row: asyncpg.Record, msg: SetLimits | Suspend | Resume | Checkpoint
+    hub: Hub, row: asyncpg.Record, msg: SetLimits | SetKind | Suspend | Resume | Checkpoint
 ) -> None:
     if not await hub.send(row["node_id"], msg):
         raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
@@ -70,6 +71,26 @@ async def set_limits(
     words = "no memory cap" if cap is None else f"memory cap {cap} MiB"
     await jobs.note(
         pool, row["id"], row["attempt"], f"share {share}, {words}, asked by {by}", controls=controls
+    )
+
+
+async def set_kind(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, kind: str) -> None:
+    """A waiting job starts as `kind`; a running opportunistic one is upgraded where it
+    runs (the agent stops throttling it). A running job is never made opportunistic:
+    its GPUs are its own, and a guaranteed job may be placed beside it only as a sharer."""
+    if row["kind"] == kind:
+        raise ControlRefused(f"job {row['id']} is {kind} already")
+    controls = controls_of(row)
+    if row["state"] == JobState.RUNNING:
+        if kind != JobKind.GUARANTEED:
+            raise ControlRefused(f"cannot make running job {row['id']} {kind}")
+        upgrade = SetKind(job_id=row["id"], attempt=row["attempt"], kind="guaranteed")
+        await _send(hub, row, upgrade)
+        controls = {**controls, "share": 100, "memory_cap_mib": None}
+    elif row["state"] != JobState.PENDING:
+        raise ControlRefused(f"cannot make job {row['id']} {kind}: it is {row['state']}")
+    await jobs.note(
+        pool, row["id"], row["attempt"], f"now {kind}, by {by}", kind=kind, controls=controls
     )
 
 

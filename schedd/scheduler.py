@@ -23,7 +23,7 @@ from schedd.estimator.features import of_row
 from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
-from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, SetKind, Wait
 from schedd.policy.framework import NO_NODES
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
@@ -218,6 +218,7 @@ class Scheduler:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
         launched = preempted = deferred = 0
+        kinds_changed = False
         reservations: dict[str, Reserve] = {}
         in_flight = self._in_flight
         for action in plan.actions:
@@ -231,6 +232,7 @@ class Scheduler:
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)
+                kinds_changed |= isinstance(action, SetKind)
                 if isinstance(action, AdmitDeadline):
                     waiter = self._deadline_waiters.pop(action.job_id, None)
                     if waiter is not None and not waiter.done():
@@ -247,6 +249,8 @@ class Scheduler:
         self._recheck_at = plan.recheck_at
         if full and launched:
             self.wake()  # the window moved on: the jobs behind it may start too
+        if kinds_changed:
+            self.wake()  # a job's kind decides where it may go: plan with the new one
         self.cycles += 1
         log.info(
             "scheduling cycle",
@@ -328,6 +332,7 @@ class Scheduler:
                 deadline_admitted=r["deadline_admitted"],
                 inputs=tuple(r["inputs"] or ()),
                 prefetched_to=r["prefetched_to"],
+                stay_guaranteed=r["stay_guaranteed"],
             )
             for r in pending_rows
         )

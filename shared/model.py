@@ -114,6 +114,9 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
     queue: QueueName = "default"
     priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
     kind: JobKind = JobKind.GUARANTEED
+    # A guaranteed job that waited long may run opportunistically meanwhile (the antman
+    # profile); true keeps it waiting for guaranteed GPUs instead.
+    stay_guaranteed: bool = False
     deadline: datetime | None = None
     iterations: Annotated[int, Meta(gt=0)] | None = None
     # Expected run time in seconds, for policies that use run times (SJF, backfill).

@@ -207,6 +207,15 @@ class SetLimits(Msg, tag="set_limits"):
     memory_cap_mib: int | None = None
 
 
+class SetKind(Msg, tag="set_kind"):
+    """A running job is now of this kind (an opportunistic job upgraded to guaranteed):
+    the GPUs' coordinators treat it so from now on; its process goes on as it is."""
+
+    job_id: str
+    attempt: int
+    kind: Literal["guaranteed", "opportunistic"]
+
+
 class Suspend(Msg, tag="suspend"):
     job_id: str
     attempt: int
@@ -268,6 +277,7 @@ SchedMessage = (
     | Launch
     | Kill
     | SetLimits
+    | SetKind
     | Suspend
     | Resume
     | Checkpoint

@@ -104,6 +104,17 @@ class AdmitDeadline:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetKind:
+    """Make the job guaranteed or opportunistic (AntMan). A waiting job starts as the
+    new kind; a running one keeps its GPUs and process, and only the agent's treatment
+    of it changes (an upgrade is given only where its GPUs have no guaranteed holder)."""
+
+    job_id: str
+    kind: str
+    reason: str
+
+
 Action = (
     Launch
     | Stop
@@ -116,6 +127,7 @@ Action = (
     | Prefetch
     | Reserve
     | AdmitDeadline
+    | SetKind
 )
 
 

@@ -27,10 +27,11 @@ from typing import Literal
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, Wait
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
+from schedd.policy.place import share
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import PendingJob, Snapshot
+from schedd.policy.snapshot import PendingJob, Snapshot, holds_gpus
 from schedd.policy.view import View
 
 OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
@@ -95,6 +96,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if blocker is not None:
             result.waiting[job.job_id] = Wait("fifo_order", f"queued behind job {blocker} (FIFO)")
             continue
+        if not holds_gpus(job):
+            _place_opportunistic(job, view, result)
+            continue
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:
             result.waiting[job.job_id] = refused
@@ -134,6 +138,34 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         times = [t for recheck in stages.recheck if (t := recheck(view)) is not None]
         result.recheck_at = min(times, default=None)
     return result
+
+
+def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
+    """An opportunistic job holds no share of its queue's and displaces nobody: it
+    starts where GPUs stayed little used, or waits, never holding others back."""
+    refused = _never_fits(view, job)
+    largest = max(len(n.gpus) for n in view.snapshot.nodes)
+    if refused is None and job.request.gpus > largest:
+        refused = Wait(
+            "too_large",
+            f"an opportunistic job runs on one node: it asks for {job.request.gpus} GPUs,"
+            f" the largest node has {largest}",
+        )
+    if refused is not None:
+        result.waiting[job.job_id] = refused
+        return
+    key = ("no_share", job.request)
+    known = view.memo.get(key)
+    placed = known if isinstance(known, NoFit) else share.place(job, view)
+    if isinstance(placed, Placement):
+        view.take(job, placed.shards)
+        result.actions.append(Launch(job.job_id, placed.shards, "opportunistic, little-used GPUs"))
+        return
+    view.memo[key] = placed
+    result.waiting[job.job_id] = Wait(
+        "no_shareable_gpu",
+        f"no node has {job.request.gpus} GPU(s) to share: {placed.describe(job.request)}",
+    )
 
 
 def _awaiting_leavers(view: View) -> Wait:

@@ -24,6 +24,7 @@ from schedd.policy.snapshot import (
     PlacedJob,
     Request,
     Snapshot,
+    holds_gpus,
     shard_requests,
 )
 
@@ -37,6 +38,7 @@ class _Part:
     gpu_uuids: tuple[str, ...]
     request: Request  # the shard's share of the job's CPUs and memory
     job_gpus: int  # the whole job's GPU count, for affinity by size
+    owns_gpus: bool  # false for an opportunistic job: its GPUs stay free for others
 
 
 @dataclass(slots=True)
@@ -51,6 +53,8 @@ class PlacedTotals:
     # copies a node's entry before its plan changes it (`View.writable`).
     free: dict[str, FreeCapacity] = field(default_factory=dict)
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> job GPUs -> jobs
+    # node -> GPUs an opportunistic job holds (shared like `free`, never changed in place)
+    shared: dict[str, frozenset[str]] = field(default_factory=dict)
     by_user: dict[UserKey, dict[int, Request]] = field(default_factory=dict)  # stoppable only
     held: dict[UserKey, Resources] = field(default_factory=dict)
     leaving: dict[int, str] = field(default_factory=dict)  # id(job) -> job id, not stoppable
@@ -63,6 +67,9 @@ class PlacedTotals:
 
     def gpu_sizes(self) -> dict[str, dict[int, int]]:
         return dict(self.sizes)
+
+    def shared_gpus(self) -> dict[str, frozenset[str]]:
+        return dict(self.shared)
 
     def leaving_ids(self) -> set[str]:
         return set(self.leaving.values())
@@ -101,6 +108,7 @@ class PlacedTotals:
         self.members = {}
         self.on_node = {}
         self.sizes = {}
+        self.shared = {}
         self.by_user = {}
         self.held = {}
         self.leaving = {}
@@ -116,8 +124,10 @@ class PlacedTotals:
         parts = shard_requests(job.request, job.shards)
         for shard, part in zip(job.shards, parts, strict=True):
             on = self.on_node.setdefault(shard.node_id, {})
-            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus)
+            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus, holds_gpus(job))
             nodes.add(shard.node_id)
+        if not holds_gpus(job):
+            return  # no share of its queue's, and nothing a guaranteed job waits for
         if job.stoppable:
             key = (job.queue, job.user)
             self.by_user.setdefault(key, {})[i] = job.request
@@ -133,6 +143,8 @@ class PlacedTotals:
             del self.on_node[shard.node_id][i]
             nodes.add(shard.node_id)
         key = (job.queue, job.user)
+        if not holds_gpus(job):
+            return
         if self.leaving.pop(i, None) is None:
             del self.by_user[key][i]
             users.add(key)
@@ -141,22 +153,29 @@ class PlacedTotals:
         parts = self.on_node.get(node_id, {})
         sizes: dict[int, int] = {}
         for part in parts.values():
-            sizes[part.job_gpus] = sizes.get(part.job_gpus, 0) + 1
+            if part.owns_gpus:
+                sizes[part.job_gpus] = sizes.get(part.job_gpus, 0) + 1
         if sizes:
             self.sizes[node_id] = sizes
         else:
             self.sizes.pop(node_id, None)
+        if not parts:
             self.on_node.pop(node_id, None)
         node = self.node_by_id.get(node_id)
         if node is None:
             return  # a job on a node that is away: it holds nothing the plan could use
         used: set[str] = set()
+        shared: set[str] = set()
         cpus, memory_mib = 0.0, 0
         for part in parts.values():
-            used.update(part.gpu_uuids)
+            (used if part.owns_gpus else shared).update(part.gpu_uuids)
             cpus += part.request.cpus
             memory_mib += part.request.memory_mib
         free = [g for g in node.gpus if g.uuid not in used]
+        if shared:
+            self.shared[node_id] = frozenset(shared)
+        else:
+            self.shared.pop(node_id, None)
         self.free[node_id] = FreeCapacity(
             node, free, node.cpus - cpus, node.memory_mib - memory_mib
         )

@@ -7,7 +7,7 @@ any node is spread, and only where the shell can run a job across nodes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schedd.policy.snapshot import Gpu, Node, PendingJob, Request, Shard
@@ -71,7 +71,14 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
-    return tuple(g.uuid for g in sorted(gpus, key=lambda g: g.index)[: request.gpus])
+    return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
+
+
+def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int]]:
+    """Sort key: GPUs no opportunistic job shares first (a guaranteed job on a shared GPU
+    slows its sharer down), then by index."""
+    shared = view.shared.get(node_id, frozenset())
+    return lambda g: (g.uuid in shared, g.index)
 
 
 def usable_for(view: View, node_id: str, job: PendingJob) -> list[Gpu]:
@@ -106,7 +113,7 @@ def spread(view: View, job: PendingJob, node_ids: Iterable[str]) -> Placement | 
     usable.sort(key=lambda ng: (-len(ng[1]), ng[0]))
     shards = []
     for node_id, gpus in usable:
-        take = sorted(gpus, key=lambda g: g.index)[: min(need, len(gpus))]
+        take = sorted(gpus, key=unshared_first(view, node_id))[: min(need, len(gpus))]
         shards.append(Shard(node_id, tuple(g.uuid for g in take)))
         need -= len(take)
         if need == 0:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.anticipate import prefetch
+from schedd.policy.anticipate import opportunistic, prefetch
 from schedd.policy.decide import deadlines
 from schedd.policy.framework import (
     AdmitFn,
@@ -56,9 +56,15 @@ ORDERS: dict[str, OrderFn] = {
     "deadline": deadline.order,
 }
 DECIDES: dict[str, DecideFn] = {"deadlines": deadlines.decide}
-ANTICIPATES: dict[str, AnticipateFn] = {"prefetch": prefetch.anticipate}
+ANTICIPATES: dict[str, AnticipateFn] = {
+    "prefetch": prefetch.anticipate,
+    "opportunistic": opportunistic.anticipate,
+}
 # For each anticipate plugin, when it could act with no event (Plan.recheck_at).
-ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {"prefetch": prefetch.recheck_at}
+ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {
+    "prefetch": prefetch.recheck_at,
+    "opportunistic": opportunistic.recheck_at,
+}
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {
     "best_fit": best_fit.place,
@@ -209,6 +215,16 @@ BUILTIN: dict[str, ProfileSpec] = {
     # best fit, bursts of arrivals packed by a grouping GA, and the inputs of waiting
     # jobs copied ahead to the node expected to free up for them.
     "liquid": ProfileSpec(order="fifo", place="network", anticipate=("prefetch",)),
+    # AntMan: guaranteed jobs fair across queues and users (DRF) with their full request;
+    # one that waited `opportunistic_after_s` runs opportunistically meanwhile on GPUs
+    # that stay little used, and is upgraded where it runs once room is there.
+    "antman": ProfileSpec(
+        order="drf",
+        place="best_fit",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim",),
+        anticipate=("opportunistic",),
+    ),
     # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
     # (least slack first, preempting jobs without a guarantee after a 20-minute lease),
     # everyone else by shortest remaining time; GPU counts placed as 1, 2, 4 or 8n.

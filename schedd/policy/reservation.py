@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from schedd.policy.placement import needs_spreading
-from schedd.policy.snapshot import PendingJob
+from schedd.policy.snapshot import PendingJob, holds_gpus
 from schedd.policy.view import Reservation, View
 
 
@@ -21,6 +21,8 @@ def _releases(view: View) -> dict[str, list[tuple[float, int]]]:
     back, soonest first."""
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for job in view.snapshot.placed:
+        if not holds_gpus(job):
+            continue  # its GPUs are free for the gang already
         if job.job_id in view.stopping:
             end = view.now
         else:

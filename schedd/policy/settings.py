@@ -56,3 +56,9 @@ class Settings:
     # jobs are copied to the node expected to free GPUs for them within the horizon.
     prefetch_jobs: int = 4
     prefetch_horizon_s: float = 600.0
+    # GPU sharing (AntMan): an opportunistic job goes only to GPUs whose utilisation
+    # stayed below this (percent, the highest over the shell's window).
+    share_below_pct: float = 50.0
+    # A guaranteed job waiting this long for room runs opportunistically meanwhile (unless
+    # its spec opts out), and is upgraded back where it runs once the room is there.
+    opportunistic_after_s: float = 1800.0

@@ -13,6 +13,17 @@ from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 
+GUARANTEED = "guaranteed"
+# An opportunistic job shares GPUs (AntMan): it goes only where a GPU stays little used,
+# one per GPU, and the agent throttles it to keep a guaranteed neighbour at full speed.
+# A GPU it holds is still free for a guaranteed job; it holds no share of its queue's.
+OPPORTUNISTIC = "opportunistic"
+
+
+def holds_gpus(job: PendingJob | PlacedJob) -> bool:
+    """Whether the job's GPUs are its own: false for an opportunistic job."""
+    return job.kind != OPPORTUNISTIC
+
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
@@ -101,6 +112,8 @@ class PendingJob:
     # node a `Prefetch` already copied them to, if any.
     inputs: tuple[str, ...] = ()
     prefetched_to: str | None = None
+    # The spec opts out of running opportunistically when it has waited long (AntMan).
+    stay_guaranteed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +146,9 @@ class PlacedJob:
     attained_as_of: float | None = None
     deadline: float | None = None
     deadline_admitted: bool | None = None
+    # How busy it keeps its GPUs (0-100) where the shell knows better than the GPUs'
+    # own figures (the simulator's assumed utilisation); None: read the GPUs'.
+    utilization_pct: int | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -202,13 +218,15 @@ def shard_requests(job_request: Request, shards: tuple[Shard, ...]) -> list[Requ
 
 
 def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
-    """Each connected node's capacity less what placed jobs hold on it."""
+    """Each connected node's capacity less what placed jobs hold on it (an opportunistic
+    job its CPUs and memory, not its GPUs)."""
     used_gpus: set[str] = set()
     used_cpus: dict[str, float] = {}
     used_mem: dict[str, int] = {}
     for job in snapshot.placed:
         for shard, part in zip(job.shards, shard_requests(job.request, job.shards), strict=True):
-            used_gpus.update(shard.gpu_uuids)
+            if holds_gpus(job):
+                used_gpus.update(shard.gpu_uuids)
             used_cpus[shard.node_id] = used_cpus.get(shard.node_id, 0.0) + part.cpus
             used_mem[shard.node_id] = used_mem.get(shard.node_id, 0) + part.memory_mib
     return {

@@ -21,6 +21,7 @@ from schedd.policy.snapshot import (
     PlacedJob,
     Shard,
     Snapshot,
+    holds_gpus,
     shard_requests,
 )
 
@@ -53,6 +54,8 @@ class View:
     # `writable` copies a node's.
     gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)  # nodes whose capacity entry is a copy
+    # node -> GPUs an opportunistic job holds (one per GPU); replaced, never changed in place.
+    shared: dict[str, frozenset[str]] = field(default_factory=dict)
     # Answers that stay true for the rest of the cycle, keyed by the plugin that found
     # them: capacity only shrinks as the plan goes on, so a request that did not fit (or
     # found no victims) will not later in the same cycle.
@@ -89,6 +92,7 @@ class View:
             by_free=by_free,
             gpu_sizes=totals.gpu_sizes(),
             stopping=totals.leaving_ids(),
+            shared=totals.shared_gpus(),
         )
 
     # ---- reading -------------------------------------------------------------
@@ -165,6 +169,9 @@ class View:
 
     def take(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
         self.generation += 1
+        if not holds_gpus(job):
+            self._share(job, shards)
+            return
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
@@ -178,6 +185,16 @@ class View:
         key = (job.queue, job.user)
         self.user_allocated[key] = self.user_allocated.get(key, NOTHING) + r
         self.launched.append((shards, self.now + self.estimate(job)))
+
+    def _share(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
+        """An opportunistic job takes CPUs and memory, and the GPUs' one sharing place;
+        the GPUs stay free for guaranteed jobs and it holds nothing of its queue's."""
+        for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
+            cap = self.writable(shard.node_id)
+            cap.cpus -= part.cpus
+            cap.memory_mib -= part.memory_mib
+            held = self.shared.get(shard.node_id, frozenset())
+            self.shared[shard.node_id] = held | frozenset(shard.gpu_uuids)
 
     def stop(self, job: PlacedJob) -> None:
         """Count a victim's resources as leaving its queue (they free when it exits)."""

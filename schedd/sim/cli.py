@@ -130,6 +130,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="jobs checkpoint every S seconds; a preemption loses the work since the last",
     )
+    sharing = parser.add_argument_group(
+        "GPU sharing: assumed, since traces record no utilisation (see docs/simulator.md)"
+    )
+    sharing.add_argument(
+        "--gpu-util",
+        default="10-100",
+        metavar="LOW-HIGH",
+        help="each job keeps its GPUs busy a percentage drawn uniformly from this range"
+        " (default 10-100), the same for every profile",
+    )
+    sharing.add_argument(
+        "--share-slowdown",
+        type=float,
+        default=0.05,
+        metavar="X",
+        help="a guaranteed job sharing a GPU with an opportunistic one runs this much"
+        " slower (default 0.05, the coordinator's bound)",
+    )
     parser.add_argument(
         "--estimates",
         choices=("oracle", "history", "forest"),
@@ -167,6 +185,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     from schedd.sim.engine import SimError, SimOptions
     from schedd.sim.locality import LocalityError, LocalityModel, NoLocality, load_table
     from schedd.sim.replay import replay
+    from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
     from schedd.sim.traces import TraceError, read_trace
 
     names = _profile_names(args, parser)
@@ -196,11 +215,17 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             queues = queue_specs(load(SchedConfig, args.queues))
         except ConfigError as exc:
             parser.error(f"--queues: {exc}")
+    try:
+        low, high = parse_util_range(args.gpu_util)
+        sharing = SharingModel(low, high, args.share_slowdown)
+    except SharingError as exc:
+        parser.error(str(exc))
     options = SimOptions(
         preempt_overhead_s=args.preempt_overhead,
         checkpoint_interval_s=args.checkpoint_interval,
         half_life_s=args.half_life,
         queues=queues,
+        sharing=sharing,
     )
     profiles = [policy.profile(name) for name in names]
     if args.estimates:
@@ -237,6 +262,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "preempt_overhead_s": args.preempt_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,
+                "gpu_util_pct": [low, high],
+                "share_slowdown": args.share_slowdown,
                 "estimates": args.estimates,
                 "queues": args.queues,
             },

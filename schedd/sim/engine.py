@@ -18,13 +18,21 @@ import heapq
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import islice
 
 from schedd.policy import Profile
-from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, Stop
+from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, SetKind, Stop
 from schedd.policy.queues import QueueSpec
-from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Snapshot
+from schedd.policy.snapshot import (
+    GUARANTEED,
+    OPPORTUNISTIC,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Snapshot,
+)
 from schedd.sim.cluster import build_nodes
 from schedd.sim.estimates import Estimates
 from schedd.sim.jobs import CANCELLED, FINISHED, PENDING, PREEMPTING, RUNNING, SimJob
@@ -33,12 +41,15 @@ from schedd.sim.locality import LocalityModel
 from schedd.sim.outcome import SimResult, outcome_of
 from schedd.sim.service_book import ServiceBook
 from schedd.sim.shape import ClusterShape
+from schedd.sim.sharing import SharingModel
 from schedd.sim.traces import Trace
 from schedd.sim.usage import DAY_S, UsageBook
 
 _FINISH = 0
 _PREEMPT_END = 1
-Event = tuple[float, int, int, int, int]  # (time, kind, seq, job seq, attempt)
+# (time, kind, seq, job seq, token): the job's `timing` for a completion, its `attempt`
+# for the end of a preemption; an event whose token is no longer the job's is ignored.
+Event = tuple[float, int, int, int, int]
 
 
 class SimError(Exception):
@@ -52,6 +63,7 @@ class SimOptions:
     half_life_s: float = DAY_S
     queues: tuple[QueueSpec, ...] = ()
     max_rounds: int = 64  # plans at one instant, at most
+    sharing: SharingModel = field(default_factory=SharingModel)
 
 
 class Simulation:
@@ -69,8 +81,15 @@ class Simulation:
         self.nodes = build_nodes(shape)
         self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
         requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
+        sharing = self.options.sharing
         self.jobs = [
-            SimJob(i, spec, requests[spec.gpus], spec.duration_s)
+            SimJob(
+                i,
+                spec,
+                requests[spec.gpus],
+                spec.duration_s,
+                utilization_pct=sharing.utilization(i),
+            )
             for i, spec in enumerate(trace.jobs)
         ]
         self.by_id = {job.spec.job_id: job for job in self.jobs}
@@ -79,7 +98,8 @@ class Simulation:
         self.usage = UsageBook(self.options.half_life_s)
         self.estimates = Estimates(profile.estimates)
         self.service = ServiceBook()
-        self.gpu_owner: dict[str, SimJob] = {}
+        self.gpu_owner: dict[str, SimJob] = {}  # the guaranteed holder
+        self.gpu_sharer: dict[str, SimJob] = {}  # the opportunistic one
         self.pending: dict[int, SimJob] = {}  # by seq; sorted by seq when `_unsorted`
         self.holding: dict[int, SimJob] = {}  # running or preempting
         self.events: list[Event] = []
@@ -144,13 +164,12 @@ class Simulation:
 
     def _take_events(self, now: float) -> None:
         while self.events and self.events[0][0] <= now:
-            _, kind, _, seq, attempt = heapq.heappop(self.events)
+            _, kind, _, seq, token = heapq.heappop(self.events)
             job = self.jobs[seq]
-            if job.attempt != attempt:
-                continue  # preempted or stopped since this was planned
             if kind == _FINISH:
-                self._finish(job, now)
-            else:
+                if job.timing == token:  # not stopped nor sped up or slowed since
+                    self._finish(job, now)
+            elif job.attempt == token:
                 self._end_preemption(job, now)
 
     def _take_arrivals(self, now: float) -> None:
@@ -214,7 +233,7 @@ class Simulation:
                 user=spec.user,
                 queue=spec.queue,
                 priority=0,
-                kind="guaranteed",
+                kind=job.kind,
                 request=job.request,
                 submitted_at=spec.submit_s,
                 name=spec.name,
@@ -290,6 +309,8 @@ class Simulation:
                 self.ledger.actions["Reserve"] += 1
             elif isinstance(action, AdmitDeadline):
                 changed |= self._admit_deadline(action)
+            elif isinstance(action, SetKind):
+                changed |= self._set_kind(action, now)
             else:
                 self.ledger.unsupported[type(action).__name__] += 1
         for launch in launches:
@@ -313,30 +334,30 @@ class Simulation:
                 f"policy {name}: Launch of job {job.spec.job_id} names {len(uuids)} GPUs "
                 f"({len(set(uuids))} distinct); it asks for {job.spec.gpus}"
             )
+        holders = self._holders(job.kind)
         for uuid in uuids:
-            owner = self.gpu_owner.get(uuid)
-            if owner is None:
+            holder = holders.get(uuid)
+            if holder is None:
                 continue
-            if owner.state == PREEMPTING:
+            if holder.state == PREEMPTING:
                 # Room made by a preemption still under way: the GPUs free up later.
                 self.ledger.refused["launch on GPUs still being freed"] += 1
                 return False
             raise SimError(
-                f"policy {name}: Launch of job {job.spec.job_id} on GPU {uuid}, "
-                f"which job {owner.spec.job_id} holds"
+                f"policy {name}: Launch of {job.kind} job {job.spec.job_id} on GPU {uuid}, "
+                f"which {holder.kind} job {holder.spec.job_id} holds"
             )
-        for uuid in uuids:
-            self.gpu_owner[uuid] = job
         self._dequeue(job)
         job.state = RUNNING
         job.shards = launch.shards
-        job.started_at = job.held_since = now
+        job.started_at = job.held_since = job.progress_at = now
+        job.remaining_at_start = job.remaining_s
         if job.first_started_at is None:
             job.first_started_at = now
         job.attempt += 1
         nodes = len({s.node_id for s in launch.shards})
         racks = len({self._rack[s.node_id] for s in launch.shards})
-        job.speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes, racks)
+        job.locality_speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes, racks)
         job.placed_fields = {
             "job_id": job.spec.job_id,
             "user": job.spec.user,
@@ -348,9 +369,10 @@ class Simulation:
             "estimate_s": self.estimates.of(job.spec),
             "deadline": job.spec.deadline_s,
             "deadline_admitted": job.deadline_admitted,
+            "kind": job.kind,
+            "utilization_pct": job.utilization_pct,
         }
         self._hold(job, now)
-        self._at(now + job.remaining_s / job.speed, _FINISH, job)
         self.ledger.actions["Launch"] += 1
         return True
 
@@ -419,7 +441,8 @@ class Simulation:
 
     def _at(self, when: float, kind: int, job: SimJob) -> None:
         self._event_seq += 1
-        heapq.heappush(self.events, (when, kind, self._event_seq, job.seq, job.attempt))
+        token = job.timing if kind == _FINISH else job.attempt
+        heapq.heappush(self.events, (when, kind, self._event_seq, job.seq, token))
 
     def _enqueue(self, job: SimJob) -> None:
         job.state = PENDING
@@ -435,33 +458,51 @@ class Simulation:
         self._views_changed()
 
     def _hold(self, job: SimJob, now: float) -> None:
+        """The launched job takes its GPUs (as their holder of its kind) and starts its
+        clock; a job it now shares GPUs with changes speed."""
+        uuids = self._uuids(job)
+        with self.gpus_change(uuids, now):
+            holders = self._holders(job.kind)
+            for uuid in uuids:
+                holders[uuid] = job
         self.holding[job.seq] = job
         self._placed_view = None
         self.ledger.hold(job)
         self.usage.change(job.spec.queue, job.spec.user, job.spec.gpus, now)
 
     def _release(self, job: SimJob, now: float) -> None:
-        for uuid in (u for s in job.shards for u in s.gpu_uuids):
-            del self.gpu_owner[uuid]
+        uuids = self._uuids(job)
+        with self.gpus_change(uuids, now):
+            holders = self._holders(job.kind)
+            for uuid in uuids:
+                del holders[uuid]
+            job.shards = ()
         del self.holding[job.seq]
         self._placed_view = None
         self.ledger.release(job, now)
         if job.state == RUNNING:
             self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
-        job.shards, job.held_since, job.placed_view = (), None, None
+        job.held_since, job.placed_view = None, None
 
     def _stop_running(self, job: SimJob, now: float) -> None:
         """Close the current attempt: count its service, keep the work that survives."""
-        assert job.started_at is not None
+        assert job.started_at is not None and job.progress_at is not None
         ran = now - job.started_at
         kept = ran
         every = self.options.checkpoint_interval_s
         if every is not None:
             kept = math.floor(ran / every) * every  # work since the last checkpoint is lost
-        job.remaining_s = max(0.0, job.remaining_s - kept * job.speed)
+        saved = job.started_at + kept  # the work done up to here survives
+        if saved >= job.progress_at:
+            job.remaining_s -= (saved - job.progress_at) * job.speed
+        else:  # lost work from before the last change of speed: at that speed, roughly
+            job.remaining_s += (job.progress_at - saved) * job.speed
+        job.remaining_s = min(max(0.0, job.remaining_s), job.remaining_at_start)
+        job.progress_at = None
         job.attained_gpu_s += job.spec.gpus * ran
         job.run_time_s += ran
         job.attempt += 1  # its completion event is void now
+        job.timing += 1
         job.pending_view = None
         self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
         job.state = PREEMPTING  # not RUNNING: _release must not charge usage again
@@ -500,3 +541,90 @@ class Simulation:
         job.ended_at = now
         if state == FINISHED:
             job.finished_at = now
+
+    # ---- GPU sharing (sharing.py) --------------------------------------------------
+
+    def _holders(self, kind: str) -> dict[str, SimJob]:
+        return self.gpu_sharer if kind == OPPORTUNISTIC else self.gpu_owner
+
+    @staticmethod
+    def _uuids(job: SimJob) -> list[str]:
+        return [u for s in job.shards for u in s.gpu_uuids]
+
+    @contextmanager
+    def gpus_change(self, uuids: list[str], now: float) -> Iterator[None]:
+        """Around a change of holders on `uuids`: every running job there (the one that
+        comes included) is timed again at its new speed, and the GPUs allocated and
+        their compute utilisation are counted again."""
+        jobs = self._on(uuids)
+        touched = {*uuids, *(u for j in jobs for u in self._uuids(j))}
+        busy_before, held_before = self._busy(touched), self._held(uuids)
+        yield
+        jobs |= self._on(uuids)
+        for job in jobs:
+            if job.state == RUNNING and job.shards:  # not the one leaving
+                self._retime(job, now)
+        self.ledger.occupy(self._held(uuids) - held_before, self._busy(touched) - busy_before)
+
+    def _held(self, uuids: list[str]) -> int:
+        return sum(1 for u in uuids if u in self.gpu_owner or u in self.gpu_sharer)
+
+    def _on(self, uuids: list[str]) -> set[SimJob]:
+        return {j for u in uuids for j in (self.gpu_owner.get(u), self.gpu_sharer.get(u)) if j}
+
+    def _busy(self, uuids: set[str]) -> float:
+        total = 0.0
+        for uuid in uuids:
+            owner, sharer = self.gpu_owner.get(uuid), self.gpu_sharer.get(uuid)
+            pct = float(owner.utilization_pct) if owner is not None else 0.0
+            if sharer is not None:
+                pct += sharer.utilization_pct * sharer.share_speed
+            total += min(pct, 100.0)
+        return total
+
+    def _retime(self, job: SimJob, now: float) -> None:
+        """Bring the job's remaining work up to now at its old speed, and plan its
+        completion at its new one (none while it makes no progress)."""
+        assert job.progress_at is not None
+        job.remaining_s = max(0.0, job.remaining_s - (now - job.progress_at) * job.speed)
+        job.progress_at = now
+        model = self.options.sharing
+        uuids = self._uuids(job)
+        if job.kind == OPPORTUNISTIC:
+            owners = [o.utilization_pct for u in uuids if (o := self.gpu_owner.get(u))]
+            job.share_speed = model.opportunistic_speed(max(owners) if owners else None)
+        else:
+            job.share_speed = model.guaranteed_speed(any(u in self.gpu_sharer for u in uuids))
+        job.speed = job.locality_speed * job.share_speed
+        job.timing += 1
+        if job.speed > 0:
+            self._at(now + job.remaining_s / job.speed, _FINISH, job)
+
+    def _set_kind(self, action: SetKind, now: float) -> bool:
+        job = self._job(action.job_id, "SetKind")
+        if action.kind not in (GUARANTEED, OPPORTUNISTIC):
+            raise SimError(f"policy {self.profile.name}: SetKind to {action.kind!r}")
+        if job.kind == action.kind:
+            return False
+        if job.state == PENDING:
+            job.kind = action.kind
+            job.pending_view = None
+            self._views_changed()
+        elif job.state == RUNNING and action.kind == GUARANTEED:
+            uuids = self._uuids(job)
+            if any(u in self.gpu_owner for u in uuids):
+                self.ledger.refused["upgrade on GPUs a guaranteed job holds"] += 1
+                return False
+            with self.gpus_change(uuids, now):
+                for uuid in uuids:
+                    del self.gpu_sharer[uuid]
+                    self.gpu_owner[uuid] = job
+                job.kind = GUARANTEED
+            job.placed_fields = {**job.placed_fields, "kind": GUARANTEED}
+            job.placed_view = None
+            self._placed_view = None
+        else:
+            self.ledger.refused[f"SetKind {action.kind} of a {job.state} {job.kind} job"] += 1
+            return False
+        self.ledger.actions[f"SetKind {action.kind}"] += 1
+        return True

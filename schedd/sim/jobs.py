@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Shard
+from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard
 from schedd.sim.traces import TraceJob
 
 FUTURE = "future"
@@ -37,7 +37,14 @@ class SimJob:
     ended_at: float | None = None  # finished or cancelled
     attained_gpu_s: float = 0.0  # GPU-seconds of service in attempts already over
     run_time_s: float = 0.0  # wall-clock seconds run in attempts already over
-    speed: float = 1.0  # of the current attempt (locality)
+    speed: float = 1.0  # now: locality x sharing
+    locality_speed: float = 1.0  # of the current attempt's placement
+    share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
+    progress_at: float | None = None  # when remaining_s was last brought up to date
+    remaining_at_start: float = 0.0  # of the current attempt
+    timing: int = 0  # grows whenever the completion is planned again: stale ones ignored
+    kind: str = GUARANTEED
+    utilization_pct: int = 100  # of its GPUs, assumed (sharing.py)
     shards: tuple[Shard, ...] = ()
     preemptions: int = 0
     cancel_when_freed: bool = False  # stopped while its preemption was under way

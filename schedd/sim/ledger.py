@@ -4,17 +4,29 @@ below guarantee, and the plans' waits and actions. The figures are derived in me
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import TypeVar
 
 from schedd.policy.actions import Plan
 from schedd.policy.queues import QueueSpec, lineage
 from schedd.sim.jobs import SimJob
 
+T = TypeVar("T", int, float)
+
 
 class Ledger:
     def __init__(self, start_s: float, queues: tuple[QueueSpec, ...]) -> None:
         self.start_s = self.now = start_s
-        self.allocated = 0  # GPUs held right now
+        self.allocated = (
+            0  # GPUs held right now (by a guaranteed job, an opportunistic one or both)
+        )
         self.series: list[tuple[float, int]] = [(start_s, 0)]  # (time, GPUs) at each change
+        # The GPUs' compute utilisation summed, in GPUs (sharing.py's assumed model).
+        self.busy = 0.0
+        self.busy_series: list[tuple[float, float]] = [(start_s, 0.0)]
+        # While any job waits: how long, and the busy GPUs integrated over that time.
+        self.pending_jobs = 0
+        self.backlog_s = 0.0
+        self.backlog_busy_gpu_s = 0.0
         # GPU-seconds held, by the job's own queue.
         self.queue_gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.guarantees = {q.name: q.guarantee.gpus for q in queues if q.guarantee.gpus > 0}
@@ -41,31 +53,35 @@ class Ledger:
         elapsed = now - self.now
         if elapsed <= 0:
             return
+        if self.pending_jobs > 0:
+            self.backlog_s += elapsed
+            self.backlog_busy_gpu_s += self.busy * elapsed
         for name, guarantee in self.guarantees.items():
             if self.pending_under[name] > 0 and self.held_under[name] < guarantee:
                 self.below_guarantee_s[name] += elapsed
         self.now = now
 
     def close_instant(self) -> None:
-        if self.series[-1][1] != self.allocated:
-            if self.series[-1][0] == self.now:
-                self.series[-1] = (self.now, self.allocated)
-            else:
-                self.series.append((self.now, self.allocated))
+        _close(self.series, self.now, self.allocated)
+        _close(self.busy_series, self.now, self.busy)
+
+    def occupy(self, gpus: int, busy_pct: float) -> None:
+        """GPUs newly held (or, negative, freed), and the change of their utilisation."""
+        self.allocated += gpus
+        self.busy += busy_pct / 100
 
     def hold(self, job: SimJob) -> None:
-        self.allocated += job.spec.gpus
         for name in self._guarded_by(job.spec.queue):
             self.held_under[name] += job.spec.gpus
 
     def release(self, job: SimJob, now: float) -> None:
         assert job.held_since is not None
-        self.allocated -= job.spec.gpus
         self.queue_gpu_seconds[job.spec.queue] += job.spec.gpus * (now - job.held_since)
         for name in self._guarded_by(job.spec.queue):
             self.held_under[name] -= job.spec.gpus
 
     def pending_changed(self, job: SimJob, delta: int) -> None:
+        self.pending_jobs += delta
         for name in self._guarded_by(job.spec.queue):
             self.pending_under[name] += delta
 
@@ -73,3 +89,12 @@ class Ledger:
         """The waits of the last plan at an instant: the reasons jobs stood waiting."""
         for wait in plan.waiting.values():
             self.waits[wait.code] += 1
+
+
+def _close(series: list[tuple[float, T]], now: float, value: T) -> None:
+    """Record the value at the end of an instant, if it changed."""
+    if series[-1][1] != value:
+        if series[-1][0] == now:
+            series[-1] = (now, value)
+        else:
+            series.append((now, value))

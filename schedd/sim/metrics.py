@@ -106,6 +106,11 @@ class Summary:
     makespan_s: float  # last finish - first submission
     allocation_avg: float  # time-weighted fraction of the GPUs allocated
     allocation_series: tuple[tuple[float, float], ...]  # (seconds from start, fraction)
+    # Time-weighted compute utilisation of all GPUs, by the assumed model (sim/sharing.py).
+    utilization_avg: float
+    # The same while any job waits: what a scheduler that shares idle cycles improves
+    # (over the whole run, the same trace does the same work whatever the policy).
+    utilization_backlogged: float
     queues: tuple[QueueFigures, ...]
     jain: float  # over queues, of avg GPUs / weight
     deadline_jobs: int
@@ -179,6 +184,12 @@ def summarize(result: SimResult) -> Summary:
         if span > 0
         else NAN,
         allocation_series=tuple((t - result.start_s, v / total_gpus) for t, v in allocation),
+        utilization_backlogged=ledger.backlog_busy_gpu_s / (total_gpus * ledger.backlog_s)
+        if ledger.backlog_s > 0
+        else NAN,
+        utilization_avg=step_integral(ledger.busy_series, result.start_s, end) / (total_gpus * span)
+        if span > 0
+        else NAN,
         queues=queues,
         jain=jain_index([q.share for q in queues if q.jobs]),
         deadline_jobs=len(with_deadline),

@@ -43,7 +43,7 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
     scale = UNITS[unit]
     headers = [
         "policy", "jobs", "finished", f"avg JCT ({unit})", "p50", "p95", "p99",
-        f"avg queueing ({unit})", f"makespan ({unit})", "GPU alloc", "Jain",
+        f"avg queueing ({unit})", f"makespan ({unit})", "GPU alloc", "GPU util", "Jain",
         "deadline miss", "preemptions",
     ]  # fmt: skip
     rows = [
@@ -58,6 +58,7 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
             _num(s.queueing_avg_s / scale),
             _num(s.makespan_s / scale),
             _pct(s.allocation_avg),
+            _pct(s.utilization_avg),
             _num(s.jain, 3),
             _pct(s.deadline_miss_rate),
             f"{s.preemptions:,}",

@@ -150,7 +150,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
         f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
-        " spec->'inputs' AS inputs, prefetched_to"
+        " spec->'inputs' AS inputs, prefetched_to,"
+        " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -422,8 +423,16 @@ async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **set
     return row is not None
 
 
-# What a note may set: the job's controls, where its checkpoint is, where its inputs went.
-_NOTE_SETTABLE = {"controls", "checkpoint_path", "migrate_to", "resize_to", "prefetched_to"}
+# What a note may set: the job's controls, where its checkpoint is, where its inputs
+# went, its kind (AntMan's guaranteed or opportunistic).
+_NOTE_SETTABLE = {
+    "controls",
+    "checkpoint_path",
+    "migrate_to",
+    "resize_to",
+    "prefetched_to",
+    "kind",
+}
 
 
 async def record_progress(

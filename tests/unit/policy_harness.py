@@ -11,6 +11,8 @@ from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
+    GUARANTEED,
+    OPPORTUNISTIC,
     Gpu,
     Node,
     PendingJob,
@@ -18,6 +20,7 @@ from schedd.policy.snapshot import (
     Request,
     Shard,
     Snapshot,
+    holds_gpus,
     shard_requests,
 )
 
@@ -52,13 +55,14 @@ def pending(
     priority: int = 0,
     estimate_s: float | None = None,
     attained_s: float = 0.0,
+    kind: str = GUARANTEED,
 ) -> PendingJob:
     return PendingJob(
         job_id,
         user,
         queue,
         priority,
-        "guaranteed",
+        kind,
         Request(gpus, cpus, memory_mib, gpu_memory_mib),
         at,
         estimate_s=estimate_s,
@@ -79,6 +83,8 @@ def placed(
     estimate_s: float | None = None,
     attained_s: float = 0.0,
     state: str = "running",
+    kind: str = GUARANTEED,
+    utilization_pct: int | None = None,
 ) -> PlacedJob:
     return PlacedJob(
         job_id,
@@ -88,8 +94,10 @@ def placed(
         Request(len(gpu_indices), cpus, memory_mib),
         state,
         started_at=started_at,
+        kind=kind,
         estimate_s=estimate_s,
         attained_s=attained_s,
+        utilization_pct=utilization_pct,
     )
 
 
@@ -131,12 +139,15 @@ def launches(plan: Plan) -> dict[str, Launch]:
 
 
 def assert_valid(snap: Snapshot, plan: Plan) -> None:
-    """Invariants of any plan: no GPU used twice, no node over its CPUs or memory,
+    """Invariants of any plan: no GPU held by two guaranteed jobs nor shared by two
+    opportunistic ones, no node over its CPUs or memory,
     each launch on connected nodes with exactly the GPUs asked (on one node unless the
     snapshot allows more), every pending job either launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
-    used = [u for j in snap.placed for u in j.gpu_uuids]
+    kinds = {j.job_id: j.kind for j in (*snap.pending, *snap.placed)}
+    used = [u for j in snap.placed for u in j.gpu_uuids if holds_gpus(j)]
+    shared = [u for j in snap.placed for u in j.gpu_uuids if not holds_gpus(j)]
     cpus = dict.fromkeys(by_node, 0.0)
     mem = dict.fromkeys(by_node, 0)
     holders = [(j.shards, j.request) for j in snap.placed]
@@ -147,13 +158,14 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         for shard in launch.shards:
             assert shard.node_id in by_node
             assert set(shard.gpu_uuids) <= {g.uuid for g in by_node[shard.node_id].gpus}
-        used.extend(launch.gpu_uuids)
+        (shared if kinds[launch.job_id] == OPPORTUNISTIC else used).extend(launch.gpu_uuids)
         holders.append((launch.shards, request))
     for shards, request in holders:
         for shard, part in zip(shards, shard_requests(request, shards), strict=True):
             cpus[shard.node_id] += part.cpus
             mem[shard.node_id] += part.memory_mib
     assert len(used) == len(set(used)), "a GPU was given twice"
+    assert len(shared) == len(set(shared)), "a GPU was shared twice"
     for n, total in cpus.items():
         assert total <= by_node[n].cpus + 1e-9
     for n, total_mem in mem.items():

@@ -13,6 +13,7 @@ from schedd.policy.profiles import BUILTIN
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
+    OPPORTUNISTIC,
     FreeCapacity,
     Node,
     PlacedJob,
@@ -20,6 +21,7 @@ from schedd.policy.snapshot import (
     Shard,
     Snapshot,
     free_capacity,
+    holds_gpus,
 )
 from schedd.policy.view import View
 from tests.unit.policy_harness import node, pending, placed
@@ -31,7 +33,14 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
     """What View.build counted before the totals were kept: everything, from scratch."""
     held: dict[tuple[str, str], Resources] = {}
     sizes: dict[str, dict[int, int]] = {}
+    shared: dict[str, frozenset[str]] = {}
     for job in jobs:
+        if not holds_gpus(job):
+            for shard in job.shards:
+                shared[shard.node_id] = shared.get(shard.node_id, frozenset()) | set(
+                    shard.gpu_uuids
+                )
+            continue
         for shard in job.shards:
             on = sizes.setdefault(shard.node_id, {})
             on[job.request.gpus] = on.get(job.request.gpus, 0) + 1
@@ -45,7 +54,8 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
         },
         "held": held,
         "sizes": sizes,
-        "leaving": {j.job_id for j in jobs if not j.stoppable},
+        "leaving": {j.job_id for j in jobs if not j.stoppable and holds_gpus(j)},
+        "shared": {n: gpus for n, gpus in shared.items() if n in {x.node_id for x in nodes}},
     }
 
 
@@ -58,6 +68,7 @@ def kept(totals: PlacedTotals) -> dict[str, object]:
         "held": totals.held,
         "sizes": totals.gpu_sizes(),
         "leaving": totals.leaving_ids(),
+        "shared": totals.shared_gpus(),
     }
 
 
@@ -75,7 +86,7 @@ def two_node_job(job_id: str, user: str) -> PlacedJob:
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["add", "add", "stop", "end", "renew_all", "new_nodes"]),
+        st.sampled_from(["add", "add", "share", "stop", "end", "renew_all", "new_nodes"]),
         st.integers(0, 2),  # node
         st.integers(1, 3),  # GPUs
         st.sampled_from(["alice", "bob"]),
@@ -98,6 +109,12 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
             free = [g.index for g in on.gpus if g.uuid not in taken][:gpus]
             if free:
                 jobs.append(placed(f"j{n}", on, free, cpus, 1000 * gpus, user=user))
+        elif what == "share":  # an opportunistic job, on GPUs no other one shares
+            on = nodes[node_index]
+            taken = {u for j in jobs if not holds_gpus(j) for u in j.gpu_uuids}
+            free = [g.index for g in on.gpus if g.uuid not in taken][:gpus]
+            if free:
+                jobs.append(placed(f"o{n}", on, free, cpus, 500, user=user, kind=OPPORTUNISTIC))
         elif what == "stop" and jobs:
             i = node_index % len(jobs)
             jobs[i] = dataclasses.replace(jobs[i], state="preempting")

@@ -287,7 +287,7 @@ def test_stop_cancels_a_pending_job_and_unsupported_actions_are_counted() -> Non
 @pytest.mark.parametrize(
     ("bad_launch", "message"),
     [
-        (lambda s: Launch("b", (Shard("n0", ("n0-g0",)),), ""), "which job a holds"),
+        (lambda s: Launch("b", (Shard("n0", ("n0-g0",)),), ""), "which guaranteed job a holds"),
         (lambda s: Launch("nope", (Shard("n0", ("n0-g1",)),), ""), "unknown job 'nope'"),
         (lambda s: Launch("b", (Shard("n0", ("n0-g1", "n0-g1")),), ""), "it asks for 1"),
     ],

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from schedd.policy.actions import Action, Plan, Prefetch
 from schedd.policy.placement import node_can_ever_fit
-from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
 WAITING_FOR_ROOM = frozenset({"no_capacity", "reserved"})
@@ -72,7 +72,7 @@ def _expected_ends(view: View) -> list[tuple[PlacedJob, float]]:
     return [
         (job, view.now + view.remaining(job))
         for job in view.snapshot.placed
-        if job.stoppable and job.job_id not in view.stopping
+        if job.stoppable and job.job_id not in view.stopping and holds_gpus(job)
     ]
 
 

@@ -10,7 +10,7 @@ history to learn from yet, this is 2D-LAS preemption (`make_room.las`).
 from __future__ import annotations
 
 import bisect
-import math
+import heapq
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
@@ -22,51 +22,91 @@ from schedd.policy.make_room.victims import (
     placed_by_queue,
     protection_ends,
 )
-from schedd.policy.order.gittins import placed_rank, rank, table
+from schedd.policy.order.gittins import placed_rank, table
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
-Ranked = tuple[list[float], list[PlacedJob]]
-# Per tenant queue: its placed jobs' list (the same object while its jobs are), the
-# table, and [from, until) of `now` in which every one of their ranks holds, with the
-# order found. Kept from plan to plan: a queue's jobs change far less often than the
-# snapshot does, and each running job's rank only at a step of the index.
-_ranked: dict[str, tuple[list[PlacedJob], GittinsTable, float, float, Ranked]] = {}
+Row = tuple[float, float, str, PlacedJob]  # (rank negated, start negated, id, job)
 
 
-def _by_rank(view: View, queue: str, learned: GittinsTable) -> Ranked:
+class _Ranking:
+    """One tenant queue's placed jobs by rank, kept from plan to plan and mended, not
+    rebuilt, when it goes stale: a queue's jobs change far less often than the snapshot
+    does, and each running job's rank only at a step of the index, at its own time (a
+    heap of those times says whose rank to find again)."""
+
+    __slots__ = ("expiry", "held", "jobs", "learned", "rows", "since")
+
+    def __init__(self, learned: GittinsTable, now: float) -> None:
+        self.learned = learned
+        self.since = now  # the rows hold from this time on, not before it
+        self.jobs: list[PlacedJob] | None = None  # the list object they were found for
+        self.rows: list[Row] = []  # ascending: lowest priority first
+        self.held: dict[int, tuple[PlacedJob, Row, float]] = {}  # id -> (job, row, until)
+        self.expiry: list[tuple[float, int]] = []  # (until, id), some stale: checked on pop
+
+    def update(self, jobs: list[PlacedJob], view: View) -> list[Row]:
+        now = view.now
+        if jobs is not self.jobs:
+            current = {id(job): job for job in jobs}
+            for key in [k for k, (job, _, _) in self.held.items() if current.get(k) is not job]:
+                _drop(self.rows, self.held.pop(key)[1])
+            for key, job in current.items():
+                if key not in self.held:
+                    self._rank(key, job, view)
+            self.expiry = [(until, key) for key, (_, _, until) in self.held.items()]
+            heapq.heapify(self.expiry)
+            self.jobs = jobs
+        expiry = self.expiry
+        stale = []
+        while expiry and expiry[0][0] <= now:
+            until, key = heapq.heappop(expiry)
+            held = self.held.get(key)
+            if held is not None and held[2] == until:  # not found again since
+                stale.append((key, held))
+        for key, (job, row, _) in stale:  # after the pops: a rank may hold for `now` only
+            _drop(self.rows, row)
+            self._rank(key, job, view)
+        self.since = now
+        return self.rows
+
+    def _rank(self, key: int, job: PlacedJob, view: View) -> None:
+        value, holds = placed_rank(job, view, self.learned)
+        if job.started_at is None:
+            holds = view.now  # ordered by a start of `now`: holds for this plan only
+        row = (-value, -view.started(job), job.job_id, job)
+        bisect.insort(self.rows, row)
+        self.held[key] = (job, row, holds)
+        heapq.heappush(self.expiry, (holds, key))
+
+
+def _drop(rows: list[Row], row: Row) -> None:
+    del rows[bisect.bisect_left(rows, row)]
+
+
+_rankings: dict[str, _Ranking] = {}
+
+
+def _by_rank(view: View, queue: str, learned: GittinsTable) -> list[Row]:
     """The queue's placed jobs, lowest priority first (latest started first among
-    equals), and beside each its rank negated (ascending, for a binary search)."""
+    equals), each as (rank negated, start negated, id, job), ascending."""
     key = ("gittins_victims", queue)
     known = view.memo.get(key)
     if known is not None:
         return known  # type: ignore[return-value]
-    jobs = placed_by_queue(view).get(queue, [])
-    now = view.now
-    hit = _ranked.get(queue)
-    if hit is not None and hit[0] is jobs and hit[1] is learned and hit[2] <= now < hit[3]:
-        view.memo[key] = hit[4]
-        return hit[4]
-    until = math.inf
-    rows = []
-    for job in jobs:
-        value, holds = placed_rank(job, view, learned)
-        if job.started_at is None:
-            holds = now  # ordered by a start of `now`: holds for this plan only
-        until = min(until, holds)
-        rows.append((-value, -view.started(job), job.job_id, job))
-    rows.sort()
-    ranked = ([r for r, _, _, _ in rows], [j for _, _, _, j in rows])
-    _ranked[queue] = (jobs, learned, now, until, ranked)
-    view.memo[key] = ranked
-    return ranked
+    ranking = _rankings.get(queue)
+    if ranking is None or ranking.learned is not learned or view.now < ranking.since:
+        ranking = _rankings[queue] = _Ranking(learned, view.now)
+    rows = ranking.update(placed_by_queue(view).get(queue, []), view)
+    view.memo[key] = rows
+    return rows
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     learned = table(view)
     if learned is None:
         return las.make_room(job, view, place)
-    mine = rank(job, view)
+    mine = -learned.index(job.attained_s)  # `rank` of a pending job, the table at hand
     # A job that found no victims leaves none for a job of the same request and a rank
     # no better (its candidates are fewer), for the rest of the cycle: capacity only
     # shrinks as the plan goes on.
@@ -76,8 +116,9 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     failed = view.memo.get(memo)
     if isinstance(failed, float) and mine >= failed:
         return None
-    negated, jobs = _by_rank(view, job.queue, learned)
-    ranked = jobs[: bisect.bisect_left(negated, -mine)]  # those ranked below it
+    rows = _by_rank(view, job.queue, learned)
+    # Those ranked below it: (x,) sorts before every row whose rank negated is x.
+    ranked = [row[3] for row in rows[: bisect.bisect_left(rows, (-mine,))]]
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
         view.memo[memo] = min(mine, failed) if isinstance(failed, float) else mine

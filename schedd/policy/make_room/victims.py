@@ -9,7 +9,7 @@ from operator import is_
 
 from schedd.policy.kept import Kept
 from schedd.policy.placement import NoFit, Placement, needs_spreading
-from schedd.policy.snapshot import PendingJob, PlacedJob, shard_requests
+from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus, shard_requests
 from schedd.policy.view import View
 
 PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
@@ -30,8 +30,9 @@ def work_at_risk(job: PlacedJob, view: View) -> float:
 
 
 def protected(job: PlacedJob, view: View) -> bool:
-    """Too young to preempt, or already on its way out."""
-    if not job.stoppable or job.job_id in view.stopping:
+    """Too young to preempt, already on its way out, or holding no GPU of its own (an
+    opportunistic job: stopping it would free nothing a guaranteed job may not use)."""
+    if not job.stoppable or job.job_id in view.stopping or not holds_gpus(job):
         return True
     return view.now - view.started(job) < view.settings.min_run_s
 
@@ -41,7 +42,9 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
     key = ("leaving",)
     known = view.memo.get(key)
     if known is None:
-        known = view.memo[key] = [j for j in view.snapshot.placed if not j.stoppable]
+        known = view.memo[key] = [
+            j for j in view.snapshot.placed if not j.stoppable and holds_gpus(j)
+        ]
     return known  # type: ignore[return-value]
 
 

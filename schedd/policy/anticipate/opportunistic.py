@@ -1,0 +1,96 @@
+"""AntMan's kinds over time: a guaranteed job that waited too long runs opportunistically
+meanwhile, and goes back to guaranteed, where it runs, once it may hold GPUs of its own.
+
+After the cycle's decisions:
+- a guaranteed job still waiting `opportunistic_after_s` after its submission, for room
+  or for its queue's max or user limit (an opportunistic job counts against neither),
+  becomes opportunistic unless its spec says `stay_guaranteed` or it needs more GPUs
+  than a node has; the next plan places it on little-used GPUs (`place.share`), free
+  ones among them, so room that frees up is taken as soon as it appears;
+- a running opportunistic job is upgraded to guaranteed when none of its GPUs has a
+  guaranteed holder at the end of the cycle (the plan put every guaranteed job it
+  could, and those GPUs count as free for them: no waiting job could use them now)
+  and its queue's max and the user limit admit it. The job keeps its process; only
+  the agent's treatment of it changes (no throttling, no memory cap).
+"""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Action, Plan, SetKind
+from schedd.policy.queues import lineage
+from schedd.policy.resources import NOTHING, Resources
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob
+from schedd.policy.view import View
+
+# Waits that sharing does not shorten: a job no node could ever run, none connected, or
+# one whose room is being made by preemptions now.
+NOT_FOR_SHARING = frozenset({"too_large", "no_nodes", "preempting"})
+
+
+def anticipate(view: View, plan: Plan) -> list[Action]:
+    after = view.settings.opportunistic_after_s
+    largest = max(len(n.gpus) for n in view.snapshot.nodes)
+    actions: list[Action] = []
+    for job in view.snapshot.pending:
+        wait = plan.waiting.get(job.job_id)
+        if job.kind == OPPORTUNISTIC or job.stay_guaranteed or wait is None:
+            continue
+        if job.request.gpus > largest:
+            continue  # an opportunistic job runs on one node
+        waited = view.now - job.submitted_at
+        if wait.code not in NOT_FOR_SHARING and waited >= after:
+            actions.append(
+                SetKind(
+                    job.job_id,
+                    OPPORTUNISTIC,
+                    f"waited {waited / 60:.0f} min (the mark is {after / 60:g} min; {wait.code}):"
+                    " runs on little-used GPUs until it may hold GPUs of its own",
+                )
+            )
+    added: dict[str | tuple[str, str], Resources] = {}  # by queue, and by (queue, user)
+    for running in view.snapshot.placed:
+        if running.kind == OPPORTUNISTIC and running.stoppable and _room_for(running, view, added):
+            actions.append(
+                SetKind(running.job_id, GUARANTEED, "its GPUs have no guaranteed holder now")
+            )
+    return actions
+
+
+def _room_for(job: PlacedJob, view: View, added: dict[str | tuple[str, str], Resources]) -> bool:
+    """Its GPUs are free for a guaranteed job and its queue admits one more: then count it."""
+    for shard in job.shards:
+        cap = view.capacity.get(shard.node_id)
+        if cap is None:
+            return False
+        free = {g.uuid for g in cap.free_gpus}
+        if not free.issuperset(shard.gpu_uuids):
+            return False
+    wants = job.request.resources()
+    for q in lineage(job.queue):
+        limit = view.queue(q).max
+        held = view.allocated.get(q, NOTHING) + added.get(q, NOTHING) + wants
+        if limit is not None and held.exceeds(limit) is not None:
+            return False
+    user = (job.queue, job.user)
+    spec = view.queue(job.queue)
+    if spec.user_limit_factor is not None and spec.guarantee.gpus > 0:
+        held_gpus = (view.user_allocated.get(user, NOTHING) + added.get(user, NOTHING)).gpus
+        if held_gpus + job.request.gpus > spec.user_limit_factor * spec.guarantee.gpus:
+            return False
+    for q in lineage(job.queue):
+        added[q] = added.get(q, NOTHING) + wants
+    added[user] = added.get(user, NOTHING) + wants
+    return True
+
+
+def recheck_at(view: View) -> float | None:
+    """When the next guaranteed job waiting reaches the mark."""
+    after = view.settings.opportunistic_after_s
+    times = [
+        job.submitted_at + after
+        for job in view.snapshot.pending
+        if job.kind != OPPORTUNISTIC
+        and not job.stay_guaranteed
+        and job.submitted_at + after > view.now
+    ]
+    return min(times, default=None)

@@ -1,0 +1,85 @@
+"""Where an opportunistic job goes (AntMan): GPUs that stayed little used, least used first.
+
+A GPU qualifies when no other opportunistic job is on it and its utilisation stayed
+below `share_below_pct`: the higher of what the GPU itself reported (the shell gives
+the highest over its window) and what its guaranteed holder is known to use. A free
+GPU qualifies the same way; GPUs reserved for a blocked gang do too, since the gang
+would throttle the job, not wait for it. The job takes the node whose qualifying GPUs
+are least used in sum, its whole request on that one node: a gang of opportunistic
+jobs across nodes would run at the pace of its most throttled GPU.
+
+Every profile places opportunistic jobs this way (the framework calls it for them):
+the kind is the user's word that the job may be slowed, and the agent slows it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schedd.policy.placement import NoFit, Placement
+from schedd.policy.snapshot import Gpu, PendingJob, Shard, holds_gpus
+from schedd.policy.view import View
+
+
+def holders_use(view: View) -> dict[str, int]:
+    """GPU uuid -> what its guaranteed holder is known to use (percent), once per cycle."""
+    key = ("holders_use",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = {
+            uuid: job.utilization_pct
+            for job in view.snapshot.placed
+            if job.utilization_pct is not None and holds_gpus(job)
+            for uuid in job.gpu_uuids
+        }
+    return known  # type: ignore[return-value]
+
+
+def utilization(gpu: Gpu, view: View) -> int:
+    return max(gpu.utilization_pct, holders_use(view).get(gpu.uuid, 0))
+
+
+def place(job: PendingJob, view: View) -> Placement | NoFit:
+    request = job.request
+    limit = view.settings.share_below_pct
+    filtered: Counter[str] = Counter()
+    best: tuple[tuple[int, str], str, list[Gpu]] | None = None
+    most = 0
+    # GPUs a guaranteed job takes in this very plan: how busy it keeps them is not known yet.
+    fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
+    for node in view.snapshot.nodes:
+        node_id = node.node_id
+        if request.node_id is not None and node_id != request.node_id:
+            filtered[f"not node {request.node_id}, where the job is to run"] += 1
+            continue
+        cap = view.capacity[node_id]
+        if cap.cpus < request.cpus - 1e-9:
+            filtered["with too few free CPUs"] += 1
+            continue
+        if cap.memory_mib < request.memory_mib:
+            filtered["with too little free memory"] += 1
+            continue
+        taken = view.shared.get(node_id, frozenset())
+        usable = sorted(
+            (use, g.index, g)
+            for g in node.gpus
+            if g.uuid not in taken
+            and g.uuid not in fresh
+            and (use := utilization(g, view)) < limit
+            and (
+                request.gpu_memory_mib is None
+                or g.memory_mib - g.memory_used_mib >= request.gpu_memory_mib
+            )
+        )
+        most = max(most, len(usable))
+        if len(usable) < request.gpus:
+            filtered[f"with too few GPUs used below {limit:g}% and not shared"] += 1
+            continue
+        chosen = usable[: request.gpus]
+        score = (sum(use for use, _, _ in chosen), node_id)
+        if best is None or score < best[0]:
+            best = (score, node_id, [g for _, _, g in chosen])
+    if best is None:
+        return NoFit(dict(filtered), most)
+    _, node_id, gpus = best
+    return Placement((Shard(node_id, tuple(g.uuid for g in sorted(gpus, key=lambda g: g.index))),))

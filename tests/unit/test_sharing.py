@@ -1,0 +1,207 @@
+"""GPU sharing (AntMan) in the placement model: where an opportunistic job goes, and
+what it leaves to guaranteed jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from schedd.policy.actions import Plan, SetKind
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Gpu, Node
+from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+
+PROFILES = ["default", "fifo", "tiresias", "drf", "capacity", "chronus", "liquid", "antman"]
+
+
+def ot(job_id: str, gpus: int = 1, **kw: object) -> object:
+    return pending(job_id, gpus, kind=OPPORTUNISTIC, **kw)  # type: ignore[arg-type]
+
+
+def with_use(n: Node, **pct: int) -> Node:
+    """The node with GPU `g<i>` reporting `pct[f"g{i}"]` percent (its window's highest)."""
+    gpus = tuple(dataclasses.replace(g, utilization_pct=pct.get(f"g{g.index}", 0)) for g in n.gpus)
+    return dataclasses.replace(n, gpus=gpus)
+
+
+def gpus_of(plan: object, job_id: str) -> tuple[str, ...]:
+    return launches(plan)[job_id].gpu_uuids  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_an_opportunistic_job_goes_to_the_least_used_gpu_below_the_mark(profile: str) -> None:
+    n = node("n", 3)
+    running = [
+        placed("busy", n, [0], utilization_pct=90),
+        placed("light", n, [1], utilization_pct=20),
+        placed("mid", n, [2], utilization_pct=40),
+    ]
+    plan = run(profile, snapshot([n], [ot("o")], running))
+    assert gpus_of(plan, "o") == ("n-g1",)
+    # Nothing below the mark: it waits, and says why.
+    plan = run(profile, snapshot([n], [ot("o")], running), share_below_pct=15.0)
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+    assert "below 15%" in plan.waiting["o"].reason
+
+
+def test_the_gpus_own_window_counts_as_well_as_its_holders_use() -> None:
+    """A GPU that peaked at 70% over the window is not little used, whatever its job
+    is said to use; an idle GPU is the least used of all."""
+    n = with_use(node("n", 3), g0=70, g1=30)
+    running = [placed("a", n, [0], utilization_pct=10), placed("b", n, [1])]
+    plan = run("default", snapshot([n], [ot("o")], running))
+    assert gpus_of(plan, "o") == ("n-g2",)  # free and idle
+    full = [*running, placed("c", n, [2], utilization_pct=45)]
+    assert gpus_of(run("default", snapshot([n], [ot("o")], full)), "o") == ("n-g1",)
+
+
+def test_one_opportunistic_job_per_gpu_and_a_gang_on_one_node() -> None:
+    a, b = node("a", 2), node("b", 2)
+    running = [
+        placed("ra", a, [0, 1], utilization_pct=10),
+        placed("oa", a, [0], kind=OPPORTUNISTIC),
+        placed("rb", b, [0, 1], utilization_pct=30),
+    ]
+    plan = run("default", snapshot([a, b], [ot("pair", 2)], running))
+    assert set(gpus_of(plan, "pair")) == {"b-g0", "b-g1"}  # a's g0 is shared already
+    plan = run("default", snapshot([a, b], [ot("one", 1, at=1.0), ot("two", 2, at=2.0)], running))
+    assert gpus_of(plan, "one") == ("a-g1",)
+    assert set(gpus_of(plan, "two")) == {"b-g0", "b-g1"}
+    crowded = [*running, placed("ob", b, [1], kind=OPPORTUNISTIC)]
+    plan = run("default", snapshot([a, b], [ot("pair", 2)], crowded))
+    assert plan.waiting["pair"].code == "no_shareable_gpu"
+
+
+def test_gpu_memory_left_by_the_holder_bounds_a_sharer() -> None:
+    n = node("n", 2, gpu_memory_mib=40_000)
+    used = Gpu("n-g0", 0, "A100", 40_000, 10, 30_000)
+    n = dataclasses.replace(n, gpus=(used, n.gpus[1]))
+    running = [placed("a", n, [0]), placed("b", n, [1], utilization_pct=40)]
+    plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=20_000)], running))
+    assert gpus_of(plan, "o") == ("n-g1",)  # g0 is less used but has 10 GB left
+
+
+def test_a_guaranteed_job_takes_gpus_only_opportunistic_jobs_hold_without_preempting() -> None:
+    n = node("n", 2)
+    running = [placed("g", n, [0]), placed("o", n, [1], kind=OPPORTUNISTIC, started_at=-9e3)]
+    plan = run("default", snapshot([n], [pending("new")], running), now=10_000.0)
+    assert gpus_of(plan, "new") == ("n-g1",)
+    assert not preempted(plan)
+
+
+def test_guaranteed_jobs_take_unshared_gpus_first() -> None:
+    n = node("n", 4)
+    running = [placed("o", n, [0], kind=OPPORTUNISTIC), placed("p", n, [2], kind=OPPORTUNISTIC)]
+    plan = run("default", snapshot([n], [pending("one"), pending("three", 3, at=1.0)], running))
+    assert gpus_of(plan, "one") == ("n-g1",)
+    assert set(gpus_of(plan, "three")) == {"n-g0", "n-g2", "n-g3"}
+
+
+def test_an_opportunistic_job_holds_no_share_and_is_no_victim() -> None:
+    """Queue q is at its max: a guaranteed job waits, an opportunistic one starts. Its
+    GPUs count for nobody's quota, and reclaim never stops it (that frees nothing)."""
+    n = node("n", 2)
+    capped = QueueSpec("q", max=Resources(gpus=1))
+    running = [placed("g", n, [0], queue="q", utilization_pct=10)]
+    jobs = [pending("more", queue="q", at=1.0), ot("extra", queue="q", at=2.0)]
+    plan = run("drf", snapshot([n], jobs, running, queues=(capped,)))
+    assert plan.waiting["more"].code == "queue_max"
+    assert "extra" in launches(plan)
+    owner = QueueSpec("owner", guarantee=Resources(gpus=2))
+    borrowed = [placed("o", n, [0, 1], queue="q", kind=OPPORTUNISTIC, started_at=-9e3)]
+    plan = run("drf", snapshot([n], [pending("mine", 2, queue="owner")], borrowed, queues=(owner,)))
+    assert set(gpus_of(plan, "mine")) == {"n-g0", "n-g1"}
+    assert not preempted(plan)
+
+
+def test_an_opportunistic_job_that_cannot_start_holds_nobody_back_under_fifo() -> None:
+    n, m = node("n", 1), with_use(node("m", 1), g0=95)  # m's GPU is busy with something else
+    running = [placed("g", n, [0], utilization_pct=95)]
+    plan = run("fifo", snapshot([n, m], [ot("o", at=1.0), pending("next", at=2.0)], running))
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+    assert gpus_of(plan, "next") == ("m-g0",)
+
+
+def test_a_gpu_a_guaranteed_job_takes_in_the_same_plan_is_not_shared_yet() -> None:
+    """How busy a job that just started keeps its GPU is unknown until it runs."""
+    n = node("n", 1)
+    plan = run("fifo", snapshot([n], [pending("g", at=1.0), ot("o", at=2.0)]))
+    assert gpus_of(plan, "g") == ("n-g0",)
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+
+
+def kinds(plan: Plan) -> dict[str, str]:
+    return {a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)}
+
+
+MARK = 1800.0  # the antman profile's opportunistic_after_s
+
+
+def test_a_job_waiting_past_the_mark_turns_opportunistic_unless_it_opts_out() -> None:
+    n = node("n", 1)
+    running = [placed("g", n, [0], started_at=0.0, utilization_pct=30)]
+    waiting = [
+        pending("old", at=0.0),
+        pending("young", at=MARK),
+        dataclasses.replace(pending("stays", at=0.0), stay_guaranteed=True),
+    ]
+    plan = run("antman", snapshot([n], waiting, running), now=MARK + 60)
+    assert kinds(plan) == {"old": OPPORTUNISTIC}
+    assert "waited 31 min" in next(a for a in plan.actions if isinstance(a, SetKind)).reason
+    assert plan.recheck_at == 2 * MARK  # when "young" reaches the mark
+    # Once opportunistic, the next plan shares the little-used GPU with it.
+    converted = [dataclasses.replace(waiting[0], kind=OPPORTUNISTIC), *waiting[1:]]
+    plan = run("antman", snapshot([n], converted, running), now=MARK + 60)
+    assert gpus_of(plan, "old") == ("n-g0",)
+    assert not kinds(plan)
+
+
+def test_a_job_held_back_by_its_quota_turns_opportunistic_but_not_one_too_large() -> None:
+    """An opportunistic job counts against no max: the surplus of a capped queue shares."""
+    n = node("n", 2)
+    capped = QueueSpec("q", max=Resources(gpus=1))
+    running = [placed("g", n, [0], queue="q", utilization_pct=30)]
+    jobs = [pending("p", queue="q"), pending("huge", 3, queue="q")]
+    plan = run("antman", snapshot([n], jobs, running, queues=(capped,)), MARK)
+    assert plan.waiting["p"].code == "queue_max"
+    assert plan.waiting["huge"].code == "too_large"
+    assert kinds(plan) == {"p": OPPORTUNISTIC}
+
+
+def test_a_running_opportunistic_job_is_upgraded_once_its_gpus_are_its_own() -> None:
+    n = node("n", 2)
+    alone = placed("o", n, [1], kind=OPPORTUNISTIC)
+    plan = run("antman", snapshot([n], [], [placed("g", n, [0]), alone]))
+    assert kinds(plan) == {"o": GUARANTEED}
+    # Sharing with a guaranteed job, it stays as it is.
+    shared = placed("o", n, [0], kind=OPPORTUNISTIC)
+    assert not kinds(run("antman", snapshot([n], [], [placed("g", n, [0]), shared])))
+    # A guaranteed job that starts on its GPU in this plan keeps it opportunistic.
+    plan = run("antman", snapshot([n], [pending("g2", 2)], [alone]))
+    assert gpus_of(plan, "g2") == ("n-g0", "n-g1")
+    assert not kinds(plan)
+
+
+def test_an_upgrade_waits_for_its_queues_max_counting_upgrades_in_the_same_plan() -> None:
+    n = node("n", 3)
+    capped = QueueSpec("q", max=Resources(gpus=2))
+    jobs = [
+        placed("g", n, [0], queue="q"),
+        placed("o1", n, [1], queue="q", kind=OPPORTUNISTIC),
+        placed("o2", n, [2], queue="q", kind=OPPORTUNISTIC),
+    ]
+    plan = run("antman", snapshot([n], [], jobs, queues=(capped,)))
+    assert kinds(plan) == {"o1": GUARANTEED}
+
+
+def test_a_gang_larger_than_a_node_stays_guaranteed_and_is_never_shared() -> None:
+    a, b = node("a", 2), node("b", 2)
+    running = [placed("g", a, [0], started_at=0.0, utilization_pct=10)]
+    waiting = [pending("gang", 4, at=0.0), ot("wide", 3, at=0.0)]
+    plan = run("antman", snapshot([a, b], waiting, running, multi_node=True), now=MARK + 60)
+    assert plan.waiting["gang"].code == "no_capacity"
+    assert plan.waiting["wide"].code == "too_large"
+    assert "runs on one node" in plan.waiting["wide"].reason
+    assert not kinds(plan)

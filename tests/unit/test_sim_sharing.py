@@ -1,0 +1,108 @@
+"""GPU sharing in the replay (sim/sharing.py), on traces worked out by hand.
+
+Every job keeps its GPUs 30 % busy (a utilisation range of 30-30): an opportunistic job
+next to a guaranteed one runs at 0.7 of its speed, the guaranteed one at 0.95."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from schedd.policy import profile
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
+from schedd.sim.engine import SimOptions
+from schedd.sim.metrics import summarize
+from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
+from tests.unit.test_sim_engine import by_id, job, simulate
+
+MARK = 1800.0  # antman's opportunistic_after_s
+THIRTY = SimOptions(sharing=SharingModel(30, 30))
+
+
+def test_a_job_waiting_past_the_mark_shares_then_runs_alone_and_is_upgraded() -> None:
+    """g runs alone until o turns opportunistic at the mark and shares its GPU; g then
+    runs at 0.95 and o at 0.7 until g ends; o finishes alone at full speed, upgraded."""
+    result = simulate([job("g", 0, 4000), job("o", 0, 3000)], "1x1", "antman", THIRTY)
+    g_end = MARK + (4000 - MARK) / 0.95
+    o_done_by_then = (g_end - MARK) * 0.7
+    times = by_id(result)
+    assert times["g"] == (0.0, pytest.approx(g_end))
+    assert times["o"] == (MARK, pytest.approx(g_end + 3000 - o_done_by_then))
+    s = summarize(result)
+    assert s.actions["SetKind opportunistic"] == 1
+    assert s.actions["SetKind guaranteed"] == 1
+    # Compute utilisation: 30 % alone, 30 + 30 x 0.7 = 51 % shared, then 30 % again.
+    o_end = times["o"][1]
+    assert o_end is not None
+    busy = 0.3 * MARK + 0.51 * (g_end - MARK) + 0.3 * (o_end - g_end)
+    assert s.utilization_avg == pytest.approx(busy / o_end)
+    assert s.allocation_avg == pytest.approx(1.0)
+
+
+def test_a_busy_gpu_is_not_shared() -> None:
+    """At 60 % (above antman's mark of 50 %) o waits for g to end, opportunistic."""
+    busy = SimOptions(sharing=SharingModel(60, 60))
+    times = by_id(simulate([job("g", 0, 4000), job("o", 0, 1000)], "1x1", "antman", busy))
+    assert times["o"] == (4000.0, 5000.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Chosen(SharingModel):
+    """Utilisation given per job, in trace order."""
+
+    given: tuple[int, ...] = ()
+
+    def utilization(self, seq: int) -> int:
+        return self.given[seq]
+
+
+def test_a_guaranteed_job_lands_on_a_shared_gpu_and_slows_its_sharer() -> None:
+    """Queue team may hold 1 GPU, which k holds: o turns opportunistic at the mark and
+    shares the less used GPU, g's (20 % against k's 45 %: o runs at 0.8), and stays so
+    after g ends (no upgrade beyond the max). h then takes that GPU, which counts as
+    free for it, and o slows to 0.7."""
+    capped = QueueSpec("team", max=Resources(gpus=1))
+    options = SimOptions(sharing=Chosen(given=(45, 20, 30, 30)), queues=(capped,))
+    jobs = [
+        job("k", 0, 10_000, queue="team"),
+        job("g", 0, 2000, queue="x"),
+        job("o", 1, 5000, queue="team"),
+        job("h", 2500, 1000, queue="x"),
+    ]
+    result = simulate(jobs, "1x2", "antman", options)
+    times = by_id(result)
+    g_end = MARK + 1 + (2000 - MARK - 1) / 0.95
+    h_end = 2500 + 1000 / 0.95
+    assert times["g"][1] == pytest.approx(g_end)
+    assert times["h"] == (2500.0, pytest.approx(h_end))
+    done = (g_end - MARK - 1) * 0.8 + (2500 - g_end) + (h_end - 2500) * 0.7
+    assert times["o"] == (MARK + 1, pytest.approx(h_end + 5000 - done))
+    assert times["k"] == (0.0, 10_000.0)  # never shared
+    assert "SetKind guaranteed" not in summarize(result).actions
+
+
+def test_profiles_without_sharing_replay_as_before() -> None:
+    """No opportunistic jobs: the sharing model changes no time, only the utilisation."""
+    jobs = [job("a", 0, 100, 2), job("b", 10, 50), job("c", 20, 30, 4)]
+    plain = by_id(simulate(jobs, "1x4", "fifo"))
+    assert plain == by_id(simulate(jobs, "1x4", "fifo", THIRTY))
+    assert plain == {"a": (0.0, 100.0), "b": (10.0, 60.0), "c": (100.0, 130.0)}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("30", "LOW-HIGH"), ("a-b", "LOW-HIGH"), ("60-20", "0 <= LOW <= HIGH <= 100")],
+)
+def test_bad_utilisation_ranges_are_named(text: str, message: str) -> None:
+    with pytest.raises(SharingError, match=message):
+        SharingModel(*parse_util_range(text))
+
+
+def test_the_assumed_utilisation_is_seeded_per_job() -> None:
+    model = SharingModel(10, 100)
+    drawn = [model.utilization(i) for i in range(200)]
+    assert drawn == [SharingModel(10, 100).utilization(i) for i in range(200)]
+    assert min(drawn) >= 10 and max(drawn) <= 100 and len(set(drawn)) > 20
+    assert profile("antman").name == "antman"
