@@ -139,17 +139,30 @@ class Coordination:
 
     def set_kind(self, key: str, kind: str) -> None:
         """The job is now of `kind` (schedd upgraded an opportunistic job): it leaves its
-        GPUs' coordinators and joins them again as that kind. A job no longer steered
-        is set free: full share, no memory cap."""
+        GPUs' coordinators and joins them again as that kind, and a guaranteed job is set
+        free (full share, no memory cap). Refused, and the job left as it was, where one
+        of its GPUs has another guaranteed job. Either way schedd hears the outcome."""
         job = self._jobs.get(key)
         if job is None or job.kind == kind:
-            return
-        gpus, throttled = list(job.gpus), key in self._sent
-        self.job_ended(key)
-        self.job_started(key, kind, gpus)
-        if throttled and self._wanted(key) is None and self.shims.is_open(key):
-            self.shims.set_limits(key, share=100, memory_cap_mib=None)
-        log.info("job kind changed", job_key=key, kind=kind)
+            return  # not running here (schedd resends on every reconnect), or done already
+        gpus = list(job.gpus)
+        held = [
+            uuid
+            for uuid in gpus
+            if (g := self._coordinators[uuid].state().guaranteed) is not None and g != key
+        ]
+        if kind == "guaranteed" and held:
+            why = f"not taken: GPU {held[0]} has a guaranteed job already"
+            log.warning("job kind not changed", job_key=key, kind=kind, gpu=held[0])
+        else:
+            self.job_ended(key)
+            self.job_started(key, kind, gpus)
+            if kind == "guaranteed" and self.shims.is_open(key):
+                self.shims.set_limits(key, share=100, memory_cap_mib=None)
+            why = f"{kind}: taken by the coordinators of GPU(s) {', '.join(gpus) or 'none'}"
+            log.info("job kind changed", job_key=key, kind=kind)
+        job_id, attempt = _job_of(key)
+        self.post(JobControlled(job_id=job_id, attempt=attempt, event="kind", detail=why))
 
     def states(self) -> list[CoordinatorState]:
         """What each coordinator believes, by GPU UUID: for status pages and debugging."""

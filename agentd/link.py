@@ -29,6 +29,7 @@ from shared.protocol import (
     GpuState,
     Hello,
     Inventory,
+    JobControlled,
     Kill,
     Launch,
     LogCancel,
@@ -189,9 +190,7 @@ class Link:
             case SetLimits() | Suspend() | Resume() | Checkpoint():
                 self._control(command)
             case SetKind():
-                if self.coordination is not None:
-                    key = job_key(command.job_id, command.attempt)
-                    self.coordination.set_kind(key, command.kind)
+                self._set_kind(command)
             case Prefetch():
                 if runner.stager is not None:
                     self.supervisor.spawn(
@@ -210,6 +209,22 @@ class Link:
                     stream.cancel()
             case Welcome():
                 pass
+
+    def _set_kind(self, command: SetKind) -> None:
+        if self.runner is not None:
+            self.runner.set_kind(command.job_id, command.attempt, command.kind)
+        if self.coordination is None:
+            why = "not taken: this node's coordinator is disabled"
+            self.post(
+                JobControlled(
+                    job_id=command.job_id, attempt=command.attempt, event="kind", detail=why
+                )
+            )
+            return
+        try:
+            self.coordination.set_kind(job_key(command.job_id, command.attempt), command.kind)
+        except Exception:  # one job's kind gone wrong must not take the link down
+            log.exception("kind change failed", job_id=command.job_id, kind=command.kind)
 
     def _control(self, command: SetLimits | Suspend | Resume | Checkpoint) -> None:
         controls = self.controls

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
@@ -39,10 +39,14 @@ class Job:
     pidfd: int | None = None
     ended: JobReport | None = None  # set once the launcher recorded the end
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    kind: JobKind = "guaranteed"  # as launched, or as a SetKind made it since
 
     @property
     def key(self) -> Key:
         return (self.job_id, self.attempt)
+
+
+JobKind = Literal["guaranteed", "opportunistic"]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -163,7 +167,7 @@ class Runner:
             job_dir / "launch.json",
             {"argv": launch.argv, "env": env, "cwd": launch.cwd, "user": launch.user},
         )
-        job = Job(launch.job_id, launch.attempt, job_dir)
+        job = Job(launch.job_id, launch.attempt, job_dir, kind=launch.kind)
         self.jobs[key] = job
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -280,17 +284,27 @@ class Runner:
             if job.ended is None and self.on_start is not None:
                 env = (_read_json(job_dir / "launch.json") or {}).get("env", {})
                 gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
-                kind = env.get(shim.ENV_JOB_KIND, "guaranteed")
-                self.on_start(job.job_id, job.attempt, kind, gpus)
+                if env.get(shim.ENV_JOB_KIND) == "opportunistic":
+                    job.kind = "opportunistic"
+                self.on_start(job.job_id, job.attempt, job.kind, gpus)
             log.info(
                 "job recovered", job_id=job.job_id, attempt=job.attempt, running=job.ended is None
             )
 
     def reports(self) -> list[JobReport]:
         return [
-            job.ended or JobReport(job_id=job.job_id, attempt=job.attempt, status="running")
+            job.ended
+            or JobReport(job_id=job.job_id, attempt=job.attempt, status="running", kind=job.kind)
             for job in self.jobs.values()
         ]
+
+    def set_kind(
+        self, job_id: str, attempt: int, kind: Literal["guaranteed", "opportunistic"]
+    ) -> None:
+        """What the job is treated as now, for the next hello's report."""
+        job = self.jobs.get((job_id, attempt))
+        if job is not None:
+            job.kind = kind
 
     def ack(self, job_id: str, attempt: int) -> None:
         job = self.jobs.get((job_id, attempt))

@@ -195,6 +195,9 @@ class Hub:
                 await self._forget(job["id"], job["attempt"], JobState(job["state"]), why)
         for report in link.hello.jobs:
             await self._apply_report(link, report)
+        placed = await jobs.placed(self.pool, link.node_id)
+        for upgrade in job_controls.upgrades_for(placed, link.hello.jobs):
+            await link.send(upgrade)
 
     async def _apply_report(self, link: AgentLink, report: JobReport) -> None:
         if report.status == "running":

@@ -24,6 +24,7 @@ from shared.protocol import (
     JobControlled,
     JobExited,
     JobProgress,
+    JobReport,
     Prefetch,
     Resume,
     SetKind,
@@ -76,22 +77,45 @@ async def set_limits(
 
 async def set_kind(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, kind: str) -> None:
     """A waiting job starts as `kind`; a running opportunistic one is upgraded where it
-    runs (the agent stops throttling it). A running job is never made opportunistic:
-    its GPUs are its own, and a guaranteed job may be placed beside it only as a sharer."""
+    runs (its agent's coordinators take it as guaranteed and set it free: full share, no
+    memory cap). A running job is never made opportunistic: its GPUs are its own.
+
+    Committed first, then sent: an upgrade the agent did not get (the node away, or an
+    agent that restarted and recovered the job as launched) is sent again whenever the
+    node reconnects (`upgrades_for`); the agent answers with a `kind` event."""
     if row["kind"] == kind:
         raise ControlRefused(f"job {row['id']} is {kind} already")
+    state = JobState(row["state"])
+    if state == JobState.RUNNING and kind != JobKind.GUARANTEED:
+        raise ControlRefused(f"cannot make running job {row['id']} {kind}")
+    if state not in (JobState.PENDING, JobState.RUNNING):
+        raise ControlRefused(f"cannot make job {row['id']} {kind}: it is {state}")
     controls = controls_of(row)
-    if row["state"] == JobState.RUNNING:
-        if kind != JobKind.GUARANTEED:
-            raise ControlRefused(f"cannot make running job {row['id']} {kind}")
-        upgrade = SetKind(job_id=row["id"], attempt=row["attempt"], kind="guaranteed")
-        await _send(hub, row, upgrade)
+    if state == JobState.RUNNING:
         controls = {**controls, "share": 100, "memory_cap_mib": None}
-    elif row["state"] != JobState.PENDING:
-        raise ControlRefused(f"cannot make job {row['id']} {kind}: it is {row['state']}")
-    await jobs.note(
-        pool, row["id"], row["attempt"], f"now {kind}, by {by}", kind=kind, controls=controls
-    )
+    if not await jobs.note(
+        pool, row["id"], row["attempt"], f"now {kind}, by {by}", (state,), kind=kind,
+        controls=controls,
+    ):  # fmt: skip
+        raise ControlRefused(f"cannot make job {row['id']} {kind}: it moved on")
+    if state == JobState.RUNNING:
+        upgrade = SetKind(job_id=row["id"], attempt=row["attempt"], kind="guaranteed")
+        if not await hub.send(row["node_id"], upgrade):
+            log.info("upgrade not sent: node away, sent when it reconnects", job_id=row["id"])
+
+
+def upgrades_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[SetKind]:
+    """What a reconnecting agent is told again: the upgrades of the running jobs it
+    reports as opportunistic (one that restarted recovered them as they were launched,
+    or it never got the message)."""
+    kinds = {(r["id"], r["attempt"]): r["kind"] for r in rows if r["state"] == JobState.RUNNING}
+    return [
+        SetKind(job_id=r.job_id, attempt=r.attempt, kind="guaranteed")
+        for r in reports
+        if r.status == "running"
+        and r.kind == "opportunistic"
+        and kinds.get((r.job_id, r.attempt)) == JobKind.GUARANTEED
+    ]
 
 
 async def suspend(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, free: bool) -> None:

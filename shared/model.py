@@ -133,6 +133,8 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
         # Messages start with the field in backticks: _spec_error names the field from it.
         if (self.command is None) == (self.script is None):
             raise ValueError("`command`: exactly one of `command` or `script` is required")
+        if self.stay_guaranteed and self.kind == JobKind.OPPORTUNISTIC:
+            raise ValueError("`stay_guaranteed`: an opportunistic job cannot stay guaranteed")
         if self.deadline is not None and self.deadline.tzinfo is None:
             raise ValueError("`deadline`: needs a time zone, e.g. 2026-01-01T12:00:00Z")
         for field, texts in self._texts():

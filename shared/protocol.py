@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: SetKind; an agent must speak the version schedd does
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
@@ -67,6 +67,9 @@ class JobReport(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     signal: int | None = None
     reason: str | None = None  # set when the job could not run at all
     checkpoint: str | None = None  # as in JobExited
+    # The kind the agent treats a running job as: as launched, or as a SetKind made it
+    # since (an agent that restarted knows only the first; schedd tells it again).
+    kind: Literal["guaranteed", "opportunistic"] = "guaranteed"
 
 
 # ---- agent -> schedd ---------------------------------------------------------
@@ -118,7 +121,7 @@ class JobProgress(Msg, tag="job_progress"):
 
 
 ControlEvent = Literal[
-    "limits", "cap_applied", "suspended", "resumed", "checkpointed", "checkpoint_failed"
+    "limits", "cap_applied", "suspended", "resumed", "checkpointed", "checkpoint_failed", "kind"
 ]
 
 
@@ -126,7 +129,8 @@ class JobControlled(Msg, tag="job_controlled"):
     """The job acted on a control, or could not: recorded in the job's history.
 
     `event`: limits (the agent passed a share or cap on), cap_applied, suspended, resumed,
-    checkpointed (then the job exits and `path` names the checkpoint), checkpoint_failed.
+    checkpointed (then the job exits and `path` names the checkpoint), checkpoint_failed,
+    kind (what the agent made of a SetKind: taken, or why not).
     """
 
     job_id: str

@@ -398,14 +398,22 @@ async def transition(
     return Moved(False, current, row["attempt"], detail)
 
 
-async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **sets: Any) -> bool:
+async def note(
+    pool: asyncpg.Pool,
+    job_id: str,
+    attempt: int,
+    reason: str,
+    states: tuple[JobState, ...] | None = None,
+    **sets: Any,
+) -> bool:
     """Add an event to the job's history that does not change its state (a control it
-    acted on, say), and set columns with it; False if the job is at another attempt."""
+    acted on, say), and set columns with it; False if the job is at another attempt, or
+    in none of `states` where they are given."""
     unknown = set(sets) - _NOTE_SETTABLE
     if unknown:
         raise ValueError(f"note cannot set {sorted(unknown)}")
     assignments = ["updated_at = updated_at"]
-    params: list[Any] = [job_id, attempt, reason]
+    params: list[Any] = [job_id, attempt, reason, [s.value for s in states or ()]]
     for column, value in sets.items():
         params.append(value)
         assignments.append(f"{column} = ${len(params)}")
@@ -413,6 +421,7 @@ async def note(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str, **set
         f"""
         WITH hit AS (
             UPDATE jobs SET {", ".join(assignments)} WHERE id = $1 AND attempt = $2
+                AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
             RETURNING id, state, attempt, node_id
         )
         INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)

@@ -376,3 +376,38 @@ async def test_after_an_agent_restart_the_shims_are_set_to_what_the_coordinators
     stranger = await node.connect("jq.1", applies=shim.Controls(share=0))
     assert stranger.on_connect == []
     assert len(node.posted) == reported
+
+
+def kind_posted(node: Node) -> list[JobControlled]:
+    return [m for m in node.posted if isinstance(m, JobControlled) and m.event == "kind"]
+
+
+async def test_an_upgrade_frees_the_job_unless_its_gpu_has_another_guaranteed_job(
+    node: Node,
+) -> None:
+    await node.start("jg.1", "guaranteed", [GPU_A])
+    await node.start("jo.1", "opportunistic", [GPU_A])
+    ot = await node.connect("jo.1")
+    assert ot.on_connect == [sp.Limits(share=0, memory_cap_mib=FULL_CAP)]  # paused
+    # GPU A has jg.1: the upgrade is refused and the job stays steered as it was.
+    node.coordination.set_kind("jo.1", "guaranteed")
+    (refused,) = kind_posted(node)
+    assert (refused.job_id, refused.attempt) == ("jo", 1)
+    assert refused.detail == f"not taken: GPU {GPU_A} has a guaranteed job already"
+    (state,) = node.coordination.states()
+    assert (state.guaranteed, list(state.opportunistic)) == ("jg.1", ["jo.1"])
+    assert await ot.nothing_pending()
+
+    # Once jg.1 has left, the upgrade is taken: jo.1 is GPU A's guaranteed job, unsteered.
+    node.coordination.job_ended("jg.1")
+    assert await ot.receive() == sp.Limits(share=100, memory_cap_mib=None)  # nothing to protect
+    node.coordination.set_kind("jo.1", "guaranteed")
+    taken = kind_posted(node)[-1]
+    assert taken.detail == f"guaranteed: taken by the coordinators of GPU(s) {GPU_A}"
+    (state,) = node.coordination.states()
+    assert (state.guaranteed, state.opportunistic) == ("jo.1", {})
+    # A new opportunistic job beside it is steered, as beside any guaranteed job.
+    await node.start("jn.1", "opportunistic", [GPU_A])
+    assert node.limits_posted()[-1].job_id == "jn"
+    node.coordination.set_kind("jo.1", "guaranteed")  # known already: nothing more said
+    assert len(kind_posted(node)) == 2

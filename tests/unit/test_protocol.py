@@ -32,6 +32,12 @@ FROM_SCHEDD = [
     p.ExitAck(job_id="j", attempt=2),
     p.LogRequest(request_id="r", job_id="j", attempt=2, follow=True),
     p.LogCancel(request_id="r"),
+    p.SetLimits(job_id="j", attempt=2, share=25, memory_cap_mib=4096),
+    p.SetKind(job_id="j", attempt=2, kind="guaranteed"),
+    p.Suspend(job_id="j", attempt=2, free_memory=True),
+    p.Resume(job_id="j", attempt=2),
+    p.Checkpoint(job_id="j", attempt=2),
+    p.Prefetch(job_id="j", inputs=["s3://bucket/data"]),
 ]
 
 

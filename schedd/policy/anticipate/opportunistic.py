@@ -49,7 +49,11 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             )
     added: dict[str | tuple[str, str], Resources] = {}  # by queue, and by (queue, user)
     for running in view.snapshot.placed:
-        if running.kind == OPPORTUNISTIC and running.stoppable and _room_for(running, view, added):
+        if (
+            running.kind == OPPORTUNISTIC
+            and running.state == "running"
+            and _room_for(running, view, added)
+        ):
             actions.append(
                 SetKind(running.job_id, GUARANTEED, "its GPUs have no guaranteed holder now")
             )
