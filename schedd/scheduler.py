@@ -333,6 +333,7 @@ class Scheduler:
                 inputs=tuple(r["inputs"] or ()),
                 prefetched_to=r["prefetched_to"],
                 stay_guaranteed=r["stay_guaranteed"],
+                spec_kind=r["spec_kind"],
             )
             for r in pending_rows
         )

@@ -21,17 +21,18 @@ goes on with the next job.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, Wait
+from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Wait
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.place import share
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import PendingJob, Snapshot, holds_gpus
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PendingJob, Snapshot, holds_gpus
 from schedd.policy.view import View
 
 OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
@@ -43,6 +44,7 @@ AnticipateFn = Callable[[View, Plan], list[Action]]
 Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
+GUARANTEE_BACK = "its guarantee is there again: it starts guaranteed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +94,31 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         result.actions.extend(decide(view))
     blocker: str | None = None
     reservations = 0
-    for job in stages.order(snapshot.pending, view):
+    for pending in stages.order(snapshot.pending, view):
         if blocker is not None:
-            result.waiting[job.job_id] = Wait("fifo_order", f"queued behind job {blocker} (FIFO)")
+            result.waiting[pending.job_id] = Wait(
+                "fifo_order", f"queued behind job {blocker} (FIFO)"
+            )
             continue
-        if not holds_gpus(job):
-            _place_opportunistic(job, view, result)
+        if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
+            _place_opportunistic(pending, view, result)
             continue
+        # A job made opportunistic while it waited is considered as guaranteed first:
+        # where its guarantee is there again (room, or a reclaim) it gets it back.
+        converted = not holds_gpus(pending)
+        job = dataclasses.replace(pending, kind=GUARANTEED) if converted else pending
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:
-            result.waiting[job.job_id] = refused
+            if converted:
+                _place_opportunistic(pending, view, result)
+            else:
+                result.waiting[job.job_id] = refused
             continue
         placed = _place(stages, job, view)
         if isinstance(placed, Placement):
             view.take(job, placed.shards)
+            if converted:
+                result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
             result.actions.append(Launch(job.job_id, placed.shards, stages.label))
             continue
         eviction = _make_room(stages, job, view)
@@ -113,6 +126,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if not eviction.victims:
                 result.waiting[job.job_id] = _awaiting_leavers(view)
                 continue
+            if converted:
+                result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
             for victim in eviction.victims:
                 view.stop(victim)
                 result.actions.append(Preempt(victim.job_id, eviction.reason))
@@ -121,6 +136,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                 f"preempting {len(eviction.victims)} job(s) to make room: "
                 + ", ".join(v.job_id for v in eviction.victims),
             )
+            continue
+        if converted:  # no room as guaranteed: it waits, or shares, as what it is now
+            _place_opportunistic(pending, view, result)
             continue
         result.waiting[job.job_id] = _blocked(stages, job, view, placed, reservations)
         if stages.blocking == "strict":

@@ -59,6 +59,10 @@ class Settings:
     # GPU sharing (AntMan): an opportunistic job goes only to GPUs whose utilisation
     # stayed below this (percent, the highest over the shell's window).
     share_below_pct: float = 50.0
-    # A guaranteed job waiting this long for room runs opportunistically meanwhile (unless
-    # its spec opts out), and is upgraded back where it runs once the room is there.
+    # A GPU whose guaranteed job started less than this ago, with no figure of its own
+    # use, is not shared yet: the GPU's window has not seen the job run (the live
+    # scheduler's gpu_window_s is the natural value).
+    share_after_s: float = 300.0
+    # A guaranteed job still waiting this long after its submission runs opportunistically
+    # meanwhile (unless its spec opts out), and is upgraded back once the room is there.
     opportunistic_after_s: float = 1800.0

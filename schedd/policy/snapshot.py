@@ -114,6 +114,10 @@ class PendingJob:
     prefetched_to: str | None = None
     # The spec opts out of running opportunistically when it has waited long (AntMan).
     stay_guaranteed: bool = False
+    # The kind its spec asked for; `kind` is what it is now (a policy may have made a
+    # guaranteed job opportunistic while it waits, and considers it for its guarantee
+    # first, every cycle).
+    spec_kind: str = GUARANTEED
 
 
 @dataclass(frozen=True, slots=True)

@@ -352,6 +352,7 @@ class Simulation:
         job.shards = launch.shards
         job.started_at = job.held_since = job.progress_at = now
         job.remaining_at_start = job.remaining_s
+        job.checkpoint_remaining = None
         if job.first_started_at is None:
             job.first_started_at = now
         job.attempt += 1
@@ -494,10 +495,15 @@ class Simulation:
             kept = math.floor(ran / every) * every  # work since the last checkpoint is lost
         saved = job.started_at + kept  # the work done up to here survives
         if saved >= job.progress_at:
-            job.remaining_s -= (saved - job.progress_at) * job.speed
-        else:  # lost work from before the last change of speed: at that speed, roughly
-            job.remaining_s += (job.progress_at - saved) * job.speed
-        job.remaining_s = min(max(0.0, job.remaining_s), job.remaining_at_start)
+            # Exact where the speed never changed: progress_at - started_at is 0 then.
+            job.remaining_s -= (kept - (job.progress_at - job.started_at)) * job.speed
+        elif kept == 0:
+            job.remaining_s = job.remaining_at_start
+        else:  # the checkpoint came before the last change of speed: as it was then
+            assert job.checkpoint_remaining is not None
+            assert job.checkpoint_remaining[0] == saved
+            job.remaining_s = job.checkpoint_remaining[1]
+        job.remaining_s = max(0.0, job.remaining_s)
         job.progress_at = None
         job.attained_gpu_s += job.spec.gpus * ran
         job.run_time_s += ran
@@ -585,7 +591,13 @@ class Simulation:
     def _retime(self, job: SimJob, now: float) -> None:
         """Bring the job's remaining work up to now at its old speed, and plan its
         completion at its new one (none while it makes no progress)."""
-        assert job.progress_at is not None
+        assert job.progress_at is not None and job.started_at is not None
+        every = self.options.checkpoint_interval_s
+        if every is not None:  # keep the last checkpoint since the last change
+            at = job.started_at + math.floor((now - job.started_at) / every) * every
+            if at > job.progress_at:
+                left = job.remaining_s - (at - job.progress_at) * job.speed
+                job.checkpoint_remaining = (at, max(0.0, left))
         job.remaining_s = max(0.0, job.remaining_s - (now - job.progress_at) * job.speed)
         job.progress_at = now
         model = self.options.sharing

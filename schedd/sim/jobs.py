@@ -42,6 +42,9 @@ class SimJob:
     share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
     progress_at: float | None = None  # when remaining_s was last brought up to date
     remaining_at_start: float = 0.0  # of the current attempt
+    # (time, remaining_s then) at the attempt's last checkpoint before `progress_at`,
+    # found when the speed changed after it: what a preemption falls back to.
+    checkpoint_remaining: tuple[float, float] | None = None
     timing: int = 0  # grows whenever the completion is planned again: stale ones ignored
     kind: str = GUARANTEED
     utilization_pct: int = 100  # of its GPUs, assumed (sharing.py)

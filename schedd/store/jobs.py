@@ -151,7 +151,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
         f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
         " spec->'inputs' AS inputs, prefetched_to,"
-        " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed"
+        " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
+        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )

@@ -20,6 +20,7 @@ policy = "antman"
 gpu_window_s = 5
 [profiles.antman.settings]
 opportunistic_after_s = 2
+share_after_s = 1
 """
 PAUSE = "0.05"  # seconds between steps: the guaranteed job keeps its GPU little used
 STEERED = "limits: coordinator on GPU"

@@ -57,6 +57,7 @@ def pending(
     attained_s: float = 0.0,
     kind: str = GUARANTEED,
 ) -> PendingJob:
+    """A job whose spec asked for `kind` (see `converted` for one a policy changed)."""
     return PendingJob(
         job_id,
         user,
@@ -67,7 +68,13 @@ def pending(
         at,
         estimate_s=estimate_s,
         attained_s=attained_s,
+        spec_kind=kind,
     )
+
+
+def converted(job: PendingJob) -> PendingJob:
+    """The guaranteed job made opportunistic while it waits (AntMan)."""
+    return dataclasses.replace(job, kind=OPPORTUNISTIC)
 
 
 def placed(

@@ -11,7 +11,16 @@ from schedd.policy.actions import Plan, SetKind
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Gpu, Node
-from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+from tests.unit.policy_harness import (
+    converted,
+    launches,
+    node,
+    pending,
+    placed,
+    preempted,
+    run,
+    snapshot,
+)
 
 PROFILES = ["default", "fifo", "tiresias", "drf", "capacity", "chronus", "liquid", "antman"]
 
@@ -48,13 +57,16 @@ def test_an_opportunistic_job_goes_to_the_least_used_gpu_below_the_mark(profile:
 
 def test_the_gpus_own_window_counts_as_well_as_its_holders_use() -> None:
     """A GPU that peaked at 70% over the window is not little used, whatever its job
-    is said to use; an idle GPU is the least used of all."""
+    is said to use; an idle GPU is the least used of all; a GPU whose job has not run
+    `share_after_s` (300 s) and says nothing of its own use is not shared yet."""
     n = with_use(node("n", 3), g0=70, g1=30)
-    running = [placed("a", n, [0], utilization_pct=10), placed("b", n, [1])]
-    plan = run("default", snapshot([n], [ot("o")], running))
+    running = [placed("a", n, [0], utilization_pct=10), placed("b", n, [1], started_at=0.0)]
+    plan = run("default", snapshot([n], [ot("o")], running), now=600.0)
     assert gpus_of(plan, "o") == ("n-g2",)  # free and idle
     full = [*running, placed("c", n, [2], utilization_pct=45)]
-    assert gpus_of(run("default", snapshot([n], [ot("o")], full)), "o") == ("n-g1",)
+    assert gpus_of(run("default", snapshot([n], [ot("o")], full), now=600.0), "o") == ("n-g1",)
+    plan = run("default", snapshot([n], [ot("o")], full), now=200.0)
+    assert gpus_of(plan, "o") == ("n-g2",)  # b's GPU: measured for 200 s only
 
 
 def test_one_opportunistic_job_per_gpu_and_a_gang_on_one_node() -> None:
@@ -205,3 +217,41 @@ def test_a_gang_larger_than_a_node_stays_guaranteed_and_is_never_shared() -> Non
     assert plan.waiting["wide"].code == "too_large"
     assert "runs on one node" in plan.waiting["wide"].reason
     assert not kinds(plan)
+
+
+def test_a_job_made_opportunistic_gets_its_guarantee_back_by_room_or_reclaim() -> None:
+    owner = QueueSpec("owner", guarantee=Resources(gpus=4))
+    n = node("n", 4)
+    borrowed = [placed("b", n, [0, 1, 2, 3], queue="other", started_at=0.0, utilization_pct=90)]
+    mine = converted(pending("mine", 4, queue="owner", at=0.0))
+    # The borrower is too young to preempt: mine waits, as what it is now.
+    plan = run("antman", snapshot([n], [mine], borrowed, queues=(owner,)), now=200.0)
+    assert plan.waiting["mine"].code == "no_shareable_gpu"
+    assert not kinds(plan) and not preempted(plan)
+    # Of age: its queue reclaims for it, as for any guaranteed job, and it is one again.
+    plan = run("antman", snapshot([n], [mine], borrowed, queues=(owner,)), now=MARK + 600)
+    assert preempted(plan) == {"b"}
+    assert kinds(plan) == {"mine": GUARANTEED}
+    assert plan.waiting["mine"].code == "preempting"
+    # Room for it: it starts guaranteed (the kind first, then the launch).
+    plan = run("antman", snapshot([n], [mine]), now=MARK + 600)
+    assert [type(a).__name__ for a in plan.actions] == ["SetKind", "Launch"]
+    assert kinds(plan) == {"mine": GUARANTEED}
+
+
+def test_no_upgrade_takes_gpus_a_preemption_of_the_same_plan_counts_on() -> None:
+    """mine needs 2 GPUs: the borrower's and the one only o holds (free for it). While
+    it waits for the borrower to stop, o is not upgraded onto that GPU."""
+    owner = QueueSpec("owner", guarantee=Resources(gpus=2))
+    n = node("n", 2)
+    jobs = [
+        placed("b", n, [0], queue="other", started_at=0.0),
+        placed("o", n, [1], queue="other", kind=OPPORTUNISTIC, started_at=0.0),
+    ]
+    plan = run(
+        "antman", snapshot([n], [pending("mine", 2, queue="owner")], jobs, queues=(owner,)), MARK
+    )
+    assert preempted(plan) == {"b"} and plan.waiting["mine"].code == "preempting"
+    assert not kinds(plan)
+    # Without the waiting job, o would have been upgraded.
+    assert kinds(run("antman", snapshot([n], [], jobs[1:]), MARK)) == {"o": GUARANTEED}

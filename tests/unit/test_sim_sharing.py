@@ -9,9 +9,11 @@ import dataclasses
 
 import pytest
 
-from schedd.policy import profile
+from schedd.policy import Profile
+from schedd.policy.actions import Action, Launch, Plan, Preempt, SetKind
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
+from schedd.policy.snapshot import Shard, Snapshot
 from schedd.sim.engine import SimOptions
 from schedd.sim.metrics import summarize
 from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
@@ -105,4 +107,33 @@ def test_the_assumed_utilisation_is_seeded_per_job() -> None:
     drawn = [model.utilization(i) for i in range(200)]
     assert drawn == [SharingModel(10, 100).utilization(i) for i in range(200)]
     assert min(drawn) >= 10 and max(drawn) <= 100 and len(set(drawn)) > 20
-    assert profile("antman").name == "antman"
+    assert drawn != [SharingModel(10, 100, seed=1).utilization(i) for i in range(200)]
+
+
+def test_a_preemption_falls_back_to_the_checkpoint_at_the_speed_of_its_time() -> None:
+    """o shares g's GPU at 0.7 and checkpoints at 1,000 s (700 s of work done); g ends at
+    1,400 s and o goes on at full speed; preempted at 1,500 s, o keeps the checkpoint's
+    2,300 s left (not the work since at today's speed), and ends 2,300 s after its
+    relaunch at 1,600 s."""
+    gpu = (Shard("n0", ("n0-g0",)),)
+
+    def plan(snapshot: Snapshot, now: float) -> Plan:
+        waiting = {p.job_id: p for p in snapshot.pending}
+        running = {p.job_id for p in snapshot.placed}
+        actions: list[Action] = []
+        if "g" in waiting:
+            actions.append(Launch("g", gpu, ""))
+        o = waiting.get("o")
+        if o is not None and o.kind == "guaranteed":
+            actions.append(SetKind("o", "opportunistic", ""))
+        elif o is not None and (now == 0 or now >= 1600):
+            actions.append(Launch("o", gpu, ""))
+        if now == 1500 and "o" in running:
+            actions.append(Preempt("o", ""))
+        return Plan(actions)
+
+    options = dataclasses.replace(THIRTY, checkpoint_interval_s=1000.0)
+    policy = Profile("scripted", plan, pending_window=10, tick_s=100.0)
+    times = by_id(simulate([job("g", 0, 1330), job("o", 0, 3000)], "1x1", policy, options))
+    assert times["g"] == (0.0, pytest.approx(1400.0))
+    assert times["o"] == (0.0, pytest.approx(1600.0 + 3000 - 0.7 * 1000))

@@ -1,17 +1,24 @@
 """AntMan's kinds over time: a guaranteed job that waited too long runs opportunistically
-meanwhile, and goes back to guaranteed, where it runs, once it may hold GPUs of its own.
+meanwhile, and goes back to guaranteed once it may hold GPUs of its own.
 
 After the cycle's decisions:
-- a guaranteed job still waiting `opportunistic_after_s` after its submission, for room
-  or for its queue's max or user limit (an opportunistic job counts against neither),
-  becomes opportunistic unless its spec says `stay_guaranteed` or it needs more GPUs
-  than a node has; the next plan places it on little-used GPUs (`place.share`), free
-  ones among them, so room that frees up is taken as soon as it appears;
+- a guaranteed job still waiting `opportunistic_after_s` after its submission (not
+  after its last requeue: a preempted job that waited long before converts at once),
+  for room or for its queue's max or user limit (an opportunistic job counts against
+  neither), becomes opportunistic unless its spec says `stay_guaranteed` or it needs
+  more GPUs than a node has; the next plan places it on little-used GPUs
+  (`place.share`), free ones among them;
 - a running opportunistic job is upgraded to guaranteed when none of its GPUs has a
   guaranteed holder at the end of the cycle (the plan put every guaranteed job it
-  could, and those GPUs count as free for them: no waiting job could use them now)
-  and its queue's max and the user limit admit it. The job keeps its process; only
-  the agent's treatment of it changes (no throttling, no memory cap).
+  could, and those GPUs count as free for them: no waiting job could use them now),
+  none is reserved for a blocked gang, no job waits for a preemption of this cycle
+  (its room may count on them), and its queue's max and the user limit admit it. The
+  job keeps its process; only the agent's treatment of it changes (no throttling, no
+  memory cap).
+
+A waiting job made opportunistic is considered as guaranteed first in every cycle (the
+framework does it): where room or a reclaim is there for it, it gets its guarantee back
+(`SetKind`) and starts, or waits for its victims, as guaranteed.
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
                     " runs on little-used GPUs until it may hold GPUs of its own",
                 )
             )
+    if any(w.code == "preempting" for w in plan.waiting.values()):
+        # Room being made counts on free GPUs besides the victims', opportunistic-held
+        # ones among them: upgrading one now could take what a preemption is for.
+        return actions
     added: dict[str | tuple[str, str], Resources] = {}  # by queue, and by (queue, user)
     for running in view.snapshot.placed:
         if (
@@ -67,8 +78,8 @@ def _room_for(job: PlacedJob, view: View, added: dict[str | tuple[str, str], Res
         if cap is None:
             return False
         free = {g.uuid for g in cap.free_gpus}
-        if not free.issuperset(shard.gpu_uuids):
-            return False
+        if not free.issuperset(shard.gpu_uuids) or any(u in view.reserved for u in shard.gpu_uuids):
+            return False  # a guaranteed holder, or held for a blocked gang
     wants = job.request.resources()
     for q in lineage(job.queue):
         limit = view.queue(q).max

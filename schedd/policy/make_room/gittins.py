@@ -23,7 +23,7 @@ from schedd.policy.make_room.victims import (
     protection_ends,
 )
 from schedd.policy.order.gittins import placed_rank, table
-from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
 Row = tuple[float, float, str, PlacedJob]  # (rank negated, start negated, id, job)
@@ -194,6 +194,8 @@ def _queue_crossing(
     for job in jobs:
         if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
             continue
+        if not holds_gpus(job):
+            continue  # never a victim: its crossing changes no plan
         if job.attained_as_of is None:
             fixed = False  # its service is as of now: the time moves with the clock
         attained = view.attained(job)

@@ -90,7 +90,9 @@ def protection_ends(view: View) -> float | None:
     known = _protection.get(placed)
     if known is None or known[0] != min_run:
         ends = sorted(
-            j.started_at + min_run for j in placed if j.started_at is not None and j.stoppable
+            j.started_at + min_run
+            for j in placed
+            if j.started_at is not None and j.stoppable and holds_gpus(j)
         )
         known = _protection.put((min_run, ends), placed)
     ends = known[1]

@@ -1,6 +1,7 @@
 """Where an opportunistic job goes (AntMan): GPUs that stayed little used, least used first.
 
-A GPU qualifies when no other opportunistic job is on it and its utilisation stayed
+A GPU qualifies when no other opportunistic job is on it, its guaranteed holder (if
+any) has run `share_after_s` or is known to use little, and its utilisation stayed
 below `share_below_pct`: the higher of what the GPU itself reported (the shell gives
 the highest over its window) and what its guaranteed holder is known to use. A free
 GPU qualifies the same way; GPUs reserved for a blocked gang do too, since the gang
@@ -35,6 +36,18 @@ def holders_use(view: View) -> dict[str, int]:
     return known  # type: ignore[return-value]
 
 
+def _unmeasured(view: View) -> set[str]:
+    """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
+    or started less than `share_after_s` ago with no figure of its own (live, the GPU's
+    window has not seen it run long)."""
+    fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
+    since = view.now - view.settings.share_after_s
+    for job in view.snapshot.placed:
+        if holds_gpus(job) and job.utilization_pct is None and view.started(job) > since:
+            fresh.update(job.gpu_uuids)
+    return fresh
+
+
 def utilization(gpu: Gpu, view: View) -> int:
     return max(gpu.utilization_pct, holders_use(view).get(gpu.uuid, 0))
 
@@ -45,8 +58,7 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
-    # GPUs a guaranteed job takes in this very plan: how busy it keeps them is not known yet.
-    fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
+    fresh = _unmeasured(view)
     for node in view.snapshot.nodes:
         node_id = node.node_id
         if request.node_id is not None and node_id != request.node_id:
