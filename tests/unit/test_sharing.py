@@ -255,3 +255,20 @@ def test_no_upgrade_takes_gpus_a_preemption_of_the_same_plan_counts_on() -> None
     assert not kinds(plan)
     # Without the waiting job, o would have been upgraded.
     assert kinds(run("antman", snapshot([n], [], jobs[1:]), MARK)) == {"o": GUARANTEED}
+
+
+def test_opportunistic_jobs_use_gpus_reserved_for_a_blocked_gang_until_it_starts() -> None:
+    """The gang holds the 4 free GPUs for when busy ends; a guaranteed job too long to
+    backfill waits, an opportunistic one takes a reserved GPU (the gang will throttle it
+    when it starts, not wait for it)."""
+    n = node("n", 8)
+    busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0, utilization_pct=90)
+    jobs = [
+        pending("gang", 8, at=1.0),
+        pending("long", 1, at=2.0, estimate_s=5000.0),
+        ot("guest", 1, at=3.0, estimate_s=5000.0),
+    ]
+    plan = run("backfill", snapshot([n], jobs, [busy]), now=100.0, reserve_after_s=0.0)
+    assert plan.waiting["gang"].code == "reserved"
+    assert "reserved for job gang" in plan.waiting["long"].reason
+    assert gpus_of(plan, "guest") == ("n-g4",)
