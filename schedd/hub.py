@@ -87,6 +87,8 @@ class Hub:
         self.supervisor = supervisor
         # Set by the scheduler's owner: called on every event that may free or need capacity.
         self.wake: Callable[[], None] = lambda: None
+        # Likewise, on GPU samples: a GPU's use going down may let an opportunistic job in.
+        self.gpus_sampled: Callable[[], None] = lambda: None
         self.links: dict[str, AgentLink] = {}
         # The GPUs' busiest figures over the last `gpu_window_s`, for the snapshot.
         self.gpu_window = GpuWindow(config.gpu_window_s)
@@ -241,6 +243,7 @@ class Hub:
                         sample.uuid, now, sample.utilization_pct, sample.memory_used_mib
                     )
                 await nodes.record_samples(self.pool, link.node_id, event.samples)
+                self.gpus_sampled()
             case GpuFault():
                 # Shown to operators; taking the GPU out of placement comes with the
                 # node-health work.

@@ -36,6 +36,7 @@ async def async_main(config: SchedConfig) -> None:
         executor = Executor(pool, hub, config)
         scheduler = Scheduler(pool, hub, executor, config)
         hub.wake = scheduler.wake
+        hub.gpus_sampled = scheduler.gpus_sampled
         # Jobs placed on nodes that never come back after this restart must not hang.
         for node_id in {r["node_id"] for r in await jobs.placed(pool)}:
             hub.start_lost_timer(node_id)

@@ -24,7 +24,7 @@ from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, SetKind, Wait
-from schedd.policy.framework import NO_NODES
+from schedd.policy.framework import NO_NODES, NO_SHAREABLE_GPU
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
@@ -118,6 +118,13 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    def gpus_sampled(self) -> None:
+        """New GPU figures: plan again if an opportunistic job waits for a GPU that
+        stays little used (samples come only when a figure moves past the agent's
+        threshold, so this is not every second)."""
+        if any(w.code == NO_SHAREABLE_GPU for w in self.waiting.values()):
+            self.wake()
 
     @property
     def decides_deadlines(self) -> bool:

@@ -45,6 +45,7 @@ Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
 GUARANTEE_BACK = "its guarantee is there again: it starts guaranteed"
+NO_SHAREABLE_GPU = "no_shareable_gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +153,11 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             )
     for anticipate in stages.anticipate:
         result.actions.extend(anticipate(view, result))
-    if result.waiting and stages.recheck:
-        times = [t for recheck in stages.recheck if (t := recheck(view)) is not None]
+    rechecks = list(stages.recheck)
+    if any(w.code == NO_SHAREABLE_GPU for w in result.waiting.values()):
+        rechecks.append(share.recheck_at)
+    if result.waiting and rechecks:
+        times = [t for recheck in rechecks if (t := recheck(view)) is not None]
         result.recheck_at = min(times, default=None)
     return result
 
@@ -181,7 +185,7 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
         return
     view.memo[key] = placed
     result.waiting[job.job_id] = Wait(
-        "no_shareable_gpu",
+        NO_SHAREABLE_GPU,
         f"no node has {job.request.gpus} GPU(s) to share: {placed.describe(job.request)}",
     )
 

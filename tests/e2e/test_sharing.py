@@ -73,7 +73,18 @@ def test_a_waiting_job_shares_a_little_used_gpu_then_is_upgraded(cluster: Cluste
     cluster.start_agent("node-a", gpus=1)
     wait_until(lambda: len(events_with(cluster, bob, sharer, "kind: guaranteed")) >= 2)
     guest = cluster.submit(alice, command=train, cwd=str(where), gpus=1, kind="opportunistic")
-    assert cluster.wait_state(alice, guest, "running", timeout=60)["placement"]["gpu_uuids"] == held
+    try:
+        started = cluster.wait_state(alice, guest, "running", timeout=60)
+    except AssertionError:
+        admin = cluster.token("e2e-admin", admin=True)
+        gpus = [g for n in cluster.curl("GET", "/v1/nodes", admin).body["nodes"] for g in n["gpus"]]
+        every = cluster.curl("GET", "/v1/jobs", admin).body["jobs"]
+        jobs = [(j["id"], j["state"], j["kind"], j["started_at"]) for j in every]
+        raise AssertionError(
+            f"guest not started: {cluster.job(alice, guest)['pending_reason']}; GPUs: {gpus};"
+            f" jobs: {jobs}; schedd: {cluster.log('schedd')[-1500:]}"
+        ) from None
+    assert started["placement"]["gpu_uuids"] == held
     wait_until(lambda: events_with(cluster, alice, guest, STEERED), what="the guest steered")
     for job_id, token in ((guest, alice), (sharer, bob)):
         assert cluster.curl("POST", f"/v1/jobs/{job_id}/cancel", token).status == 202

@@ -272,3 +272,15 @@ def test_opportunistic_jobs_use_gpus_reserved_for_a_blocked_gang_until_it_starts
     assert plan.waiting["gang"].code == "reserved"
     assert "reserved for job gang" in plan.waiting["long"].reason
     assert gpus_of(plan, "guest") == ("n-g4",)
+
+
+def test_a_sharer_kept_off_a_young_holders_gpu_is_planned_again_when_it_comes_of_age() -> None:
+    n = node("n", 1)
+    young = [placed("g", n, [0], started_at=100.0)]  # no figure of its own use
+    plan = run("fifo", snapshot([n], [ot("o")], young), now=200.0)
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+    assert plan.recheck_at == 400.0  # started at 100, share_after_s 300
+    # Known to use little, it is shared at once, and nothing is left to recheck.
+    known = [placed("g", n, [0], started_at=100.0, utilization_pct=20)]
+    plan = run("fifo", snapshot([n], [ot("o")], known), now=200.0)
+    assert gpus_of(plan, "o") == ("n-g0",) and plan.recheck_at is None

@@ -48,6 +48,20 @@ def _unmeasured(view: View) -> set[str]:
     return fresh
 
 
+def recheck_at(view: View) -> float | None:
+    """When the next GPU whose holder was too young to judge comes of age for sharing
+    (the windowed utilisation that may let a job in later is the shell's to watch)."""
+    after = view.settings.share_after_s
+    times = [
+        view.started(job) + after
+        for job in view.snapshot.placed
+        if holds_gpus(job)
+        and job.utilization_pct is None
+        and view.started(job) + after > view.now
+    ]
+    return min(times, default=None)
+
+
 def utilization(gpu: Gpu, view: View) -> int:
     return max(gpu.utilization_pct, holders_use(view).get(gpu.uuid, 0))
 
