@@ -55,9 +55,7 @@ def recheck_at(view: View) -> float | None:
     times = [
         view.started(job) + after
         for job in view.snapshot.placed
-        if holds_gpus(job)
-        and job.utilization_pct is None
-        and view.started(job) + after > view.now
+        if holds_gpus(job) and job.utilization_pct is None and view.started(job) + after > view.now
     ]
     return min(times, default=None)
 
