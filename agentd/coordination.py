@@ -137,21 +137,23 @@ class Coordination:
         self._drop_idle(job.gpus)
         self._handle(decisions)
 
-    def set_kind(self, key: str, kind: str) -> None:
+    def set_kind(self, key: str, kind: str) -> bool:
         """The job is now of `kind` (schedd upgraded an opportunistic job): it leaves its
         GPUs' coordinators and joins them again as that kind, and a guaranteed job is set
         free (full share, no memory cap). Refused, and the job left as it was, where one
-        of its GPUs has another guaranteed job. Either way schedd hears the outcome."""
+        of its GPUs has another guaranteed job; schedd hears either outcome. True if the
+        job is of `kind` now (or not coordinated here)."""
         job = self._jobs.get(key)
         if job is None or job.kind == kind:
-            return  # not running here (schedd resends on every reconnect), or done already
+            return True  # not coordinated here, or done already
         gpus = list(job.gpus)
         held = [
             uuid
             for uuid in gpus
             if (g := self._coordinators[uuid].state().guaranteed) is not None and g != key
         ]
-        if kind == "guaranteed" and held:
+        taken = not (kind == "guaranteed" and held)
+        if not taken:
             why = f"not taken: GPU {held[0]} has a guaranteed job already"
             log.warning("job kind not changed", job_key=key, kind=kind, gpu=held[0])
         else:
@@ -163,6 +165,7 @@ class Coordination:
             log.info("job kind changed", job_key=key, kind=kind)
         job_id, attempt = _job_of(key)
         self.post(JobControlled(job_id=job_id, attempt=attempt, event="kind", detail=why))
+        return taken
 
     def states(self) -> list[CoordinatorState]:
         """What each coordinator believes, by GPU UUID: for status pages and debugging."""

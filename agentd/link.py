@@ -211,20 +211,25 @@ class Link:
                 pass
 
     def _set_kind(self, command: SetKind) -> None:
-        if self.runner is not None:
-            self.runner.set_kind(command.job_id, command.attempt, command.kind)
+        """The next hello reports the new kind only if it was taken: a refused upgrade is
+        sent again when the agent reconnects."""
+        taken = True
         if self.coordination is None:
-            why = "not taken: this node's coordinator is disabled"
+            why = f"{command.kind}: no coordinator on this node, nothing is throttled here"
             self.post(
                 JobControlled(
                     job_id=command.job_id, attempt=command.attempt, event="kind", detail=why
                 )
             )
-            return
-        try:
-            self.coordination.set_kind(job_key(command.job_id, command.attempt), command.kind)
-        except Exception:  # one job's kind gone wrong must not take the link down
-            log.exception("kind change failed", job_id=command.job_id, kind=command.kind)
+        else:
+            try:
+                key = job_key(command.job_id, command.attempt)
+                taken = self.coordination.set_kind(key, command.kind)
+            except Exception:  # one job's kind gone wrong must not take the link down
+                log.exception("kind change failed", job_id=command.job_id, kind=command.kind)
+                taken = False
+        if taken and self.runner is not None:
+            self.runner.set_kind(command.job_id, command.attempt, command.kind)
 
     def _control(self, command: SetLimits | Suspend | Resume | Checkpoint) -> None:
         controls = self.controls

@@ -254,6 +254,10 @@ class Scheduler:
         )
         self._busy = bool(snapshot.pending or snapshot.placed)
         self._recheck_at = plan.recheck_at
+        if any(w.code == NO_SHAREABLE_GPU for w in plan.waiting.values()):
+            # A busy sample stops counting only when it leaves the window: no event says so.
+            aged = now + self.hub.gpu_window.window_s
+            self._recheck_at = min(aged, self._recheck_at or aged)
         if full and launched:
             self.wake()  # the window moved on: the jobs behind it may start too
         if kinds_changed:

@@ -96,13 +96,13 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     blocker: str | None = None
     reservations = 0
     for pending in stages.order(snapshot.pending, view):
+        if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
+            _place_opportunistic(pending, view, result)  # it holds nobody back: no FIFO
+            continue
         if blocker is not None:
             result.waiting[pending.job_id] = Wait(
                 "fifo_order", f"queued behind job {blocker} (FIFO)"
             )
-            continue
-        if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
-            _place_opportunistic(pending, view, result)
             continue
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.

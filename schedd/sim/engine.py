@@ -497,12 +497,11 @@ class Simulation:
         if saved >= job.progress_at:
             # Exact where the speed never changed: progress_at - started_at is 0 then.
             job.remaining_s -= (kept - (job.progress_at - job.started_at)) * job.speed
-        elif kept == 0:
-            job.remaining_s = job.remaining_at_start
-        else:  # the checkpoint came before the last change of speed: as it was then
-            assert job.checkpoint_remaining is not None
-            assert job.checkpoint_remaining[0] == saved
+        elif kept > 0 and job.checkpoint_remaining and job.checkpoint_remaining[0] == saved:
+            # The checkpoint came before the last change of speed: as it was then.
             job.remaining_s = job.checkpoint_remaining[1]
+        else:  # no checkpoint kept (or its time rounded otherwise): from the start
+            job.remaining_s = job.remaining_at_start
         job.remaining_s = max(0.0, job.remaining_s)
         job.progress_at = None
         job.attained_gpu_s += job.spec.gpus * ran

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from schedd.policy import build
-from schedd.policy.actions import Launch, Plan, Preempt
+from schedd.policy.actions import Launch, Plan, Preempt, SetKind
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
@@ -153,6 +153,7 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
     kinds = {j.job_id: j.kind for j in (*snap.pending, *snap.placed)}
+    kinds.update({a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)})
     used = [u for j in snap.placed for u in j.gpu_uuids if holds_gpus(j)]
     shared = [u for j in snap.placed for u in j.gpu_uuids if not holds_gpus(j)]
     cpus = dict.fromkeys(by_node, 0.0)

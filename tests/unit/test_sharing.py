@@ -284,3 +284,11 @@ def test_a_sharer_kept_off_a_young_holders_gpu_is_planned_again_when_it_comes_of
     known = [placed("g", n, [0], started_at=100.0, utilization_pct=20)]
     plan = run("fifo", snapshot([n], [ot("o")], known), now=200.0)
     assert gpus_of(plan, "o") == ("n-g0",) and plan.recheck_at is None
+
+
+def test_under_fifo_an_opportunistic_job_is_not_held_behind_a_blocked_head() -> None:
+    n = node("n", 2)
+    running = [placed("g", n, [0], utilization_pct=10)]
+    plan = run("fifo", snapshot([n], [pending("gang", 2, at=1.0), ot("o", at=2.0)], running))
+    assert plan.waiting["gang"].code == "no_capacity"
+    assert gpus_of(plan, "o") == ("n-g1",)  # the free GPU, least used
