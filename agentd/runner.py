@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from agentd.coordinator import JobKind
 from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
@@ -44,9 +45,6 @@ class Job:
     @property
     def key(self) -> Key:
         return (self.job_id, self.attempt)
-
-
-JobKind = Literal["guaranteed", "opportunistic"]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -298,9 +296,7 @@ class Runner:
             for job in self.jobs.values()
         ]
 
-    def set_kind(
-        self, job_id: str, attempt: int, kind: Literal["guaranteed", "opportunistic"]
-    ) -> None:
+    def set_kind(self, job_id: str, attempt: int, kind: JobKind) -> None:
         """What the job is treated as now, for the next hello's report."""
         job = self.jobs.get((job_id, attempt))
         if job is not None:

@@ -48,7 +48,7 @@ async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
 
 
 async def _send(
-    hub: Hub, row: asyncpg.Record, msg: SetLimits | SetKind | Suspend | Resume | Checkpoint
+    hub: Hub, row: asyncpg.Record, msg: SetLimits | Suspend | Resume | Checkpoint
 ) -> None:
     if not await hub.send(row["node_id"], msg):
         raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")

@@ -16,9 +16,10 @@ the kind is the user's word that the job may be slowed, and the agent slows it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 from schedd.policy.placement import NoFit, Placement
-from schedd.policy.snapshot import Gpu, PendingJob, Shard, holds_gpus
+from schedd.policy.snapshot import Gpu, PendingJob, PlacedJob, Shard, holds_gpus
 from schedd.policy.view import View
 
 
@@ -36,28 +37,30 @@ def holders_use(view: View) -> dict[str, int]:
     return known  # type: ignore[return-value]
 
 
+def _young_holders(view: View) -> Iterator[tuple[PlacedJob, float]]:
+    """Guaranteed jobs with no figure of their own use that started less than
+    `share_after_s` ago (live, the GPU's window has not seen them run long), each with
+    the time it comes of age."""
+    after = view.settings.share_after_s
+    for job in view.snapshot.placed:
+        if holds_gpus(job) and job.utilization_pct is None:
+            of_age = view.started(job) + after
+            if of_age > view.now:
+                yield job, of_age
+
+
 def _unmeasured(view: View) -> set[str]:
     """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
-    or started less than `share_after_s` ago with no figure of its own (live, the GPU's
-    window has not seen it run long)."""
+    or it is a young holder."""
     fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
-    since = view.now - view.settings.share_after_s
-    for job in view.snapshot.placed:
-        if holds_gpus(job) and job.utilization_pct is None and view.started(job) > since:
-            fresh.update(job.gpu_uuids)
+    fresh.update(u for job, _ in _young_holders(view) for u in job.gpu_uuids)
     return fresh
 
 
 def recheck_at(view: View) -> float | None:
-    """When the next GPU whose holder was too young to judge comes of age for sharing
-    (the windowed utilisation that may let a job in later is the shell's to watch)."""
-    after = view.settings.share_after_s
-    times = [
-        view.started(job) + after
-        for job in view.snapshot.placed
-        if holds_gpus(job) and job.utilization_pct is None and view.started(job) + after > view.now
-    ]
-    return min(times, default=None)
+    """When the next young holder's GPU comes of age for sharing (a busy sample ageing
+    out of the GPU's window is the live scheduler's to watch)."""
+    return min((of_age for _, of_age in _young_holders(view)), default=None)
 
 
 def utilization(gpu: Gpu, view: View) -> int:
