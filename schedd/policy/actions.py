@@ -39,12 +39,18 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Suspend:
+    """Pause a running job at its next mini-batch boundary, its GPU memory given up
+    (Gandiva's time-slicing): it keeps its process and its GPUs to resume on, and
+    becomes a `suspended` PlacedJob that holds no GPU; another job may run there."""
+
     job_id: str
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class Resume:
+    """Let a suspended job go on where it was, on the GPUs it was paused on."""
+
     job_id: str
     reason: str
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Wait
+from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.place import share
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
@@ -61,6 +61,8 @@ class Stages:
     recheck: tuple[RecheckFn, ...] = ()
     decide: tuple[DecideFn, ...] = ()
     anticipate: tuple[AnticipateFn, ...] = ()
+    # When the decide plugins could act with no event, whether or not jobs wait.
+    decide_recheck: tuple[RecheckFn, ...] = ()
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -123,6 +125,18 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             result.actions.append(Launch(job.job_id, placed.shards, stages.label))
             continue
         eviction = _make_room(stages, job, view)
+        if eviction is not None and eviction.launch_on is not None:
+            for victim in eviction.victims:
+                view.suspend(victim)
+                result.actions.append(Suspend(victim.job_id, eviction.reason))
+            view.take(job, eviction.launch_on)
+            if converted:
+                result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
+            label = (
+                f"{stages.label}, taking turns with {', '.join(v.job_id for v in eviction.victims)}"
+            )
+            result.actions.append(Launch(job.job_id, eviction.launch_on, label))
+            continue
         if eviction is not None:
             if not eviction.victims:
                 result.waiting[job.job_id] = _awaiting_leavers(view)
@@ -153,10 +167,11 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             )
     for anticipate in stages.anticipate:
         result.actions.extend(anticipate(view, result))
-    rechecks = list(stages.recheck)
+    rechecks = list(stages.recheck) if result.waiting else []
     if any(w.code == NO_SHAREABLE_GPU for w in result.waiting.values()):
         rechecks.append(share.recheck_at)
-    if result.waiting and rechecks:
+    rechecks += stages.decide_recheck  # they may act with no job pending
+    if rechecks:
         times = [t for recheck in rechecks if (t := recheck(view)) is not None]
         result.recheck_at = min(times, default=None)
     return result

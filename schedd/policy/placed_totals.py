@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
+    OPPORTUNISTIC,
     FreeCapacity,
     Node,
     PlacedJob,
@@ -38,7 +39,8 @@ class _Part:
     gpu_uuids: tuple[str, ...]
     request: Request  # the shard's share of the job's CPUs and memory
     job_gpus: int  # the whole job's GPU count, for affinity by size
-    owns_gpus: bool  # false for an opportunistic job: its GPUs stay free for others
+    owns_gpus: bool  # false for an opportunistic or suspended job: its GPUs stay free
+    shares_gpus: bool  # an opportunistic job: it takes each GPU's one sharing place
 
 
 @dataclass(slots=True)
@@ -124,7 +126,9 @@ class PlacedTotals:
         parts = shard_requests(job.request, job.shards)
         for shard, part in zip(job.shards, parts, strict=True):
             on = self.on_node.setdefault(shard.node_id, {})
-            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus, holds_gpus(job))
+            owns = holds_gpus(job)
+            shares = job.kind == OPPORTUNISTIC
+            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus, owns, shares)
             nodes.add(shard.node_id)
         if not holds_gpus(job):
             return  # no share of its queue's, and nothing a guaranteed job waits for
@@ -168,7 +172,10 @@ class PlacedTotals:
         shared: set[str] = set()
         cpus, memory_mib = 0.0, 0
         for part in parts.values():
-            (used if part.owns_gpus else shared).update(part.gpu_uuids)
+            if part.owns_gpus:
+                used.update(part.gpu_uuids)
+            elif part.shares_gpus:
+                shared.update(part.gpu_uuids)
             cpus += part.request.cpus
             memory_mib += part.request.memory_mib
         free = [g for g in node.gpus if g.uuid not in used]

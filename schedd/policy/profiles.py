@@ -13,6 +13,7 @@ from typing import Any
 from schedd.policy.admit import quota, user_limit
 from schedd.policy.anticipate import opportunistic, prefetch
 from schedd.policy.decide import deadlines
+from schedd.policy.decide import timeslice as timeslice_turns
 from schedd.policy.framework import (
     AdmitFn,
     AnticipateFn,
@@ -26,7 +27,7 @@ from schedd.policy.framework import (
 from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import las as las_preemption
-from schedd.policy.make_room import reclaim
+from schedd.policy.make_room import reclaim, timeslice
 from schedd.policy.make_room.victims import PlaceFn, protection_ends
 from schedd.policy.order import (
     capacity,
@@ -55,7 +56,12 @@ ORDERS: dict[str, OrderFn] = {
     "fair_gittins": fair_gittins.order,
     "deadline": deadline.order,
 }
-DECIDES: dict[str, DecideFn] = {"deadlines": deadlines.decide}
+DECIDES: dict[str, DecideFn] = {
+    "deadlines": deadlines.decide,
+    "timeslice": timeslice_turns.decide,
+}
+# For each decide plugin, when it could act with no event, jobs waiting or not.
+DECIDE_RECHECKS: dict[str, RecheckFn] = {"timeslice": timeslice_turns.recheck_at}
 ANTICIPATES: dict[str, AnticipateFn] = {
     "prefetch": prefetch.anticipate,
     "opportunistic": opportunistic.anticipate,
@@ -77,6 +83,7 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "las": las_preemption.make_room,
     "gittins": gittins_preemption.make_room,
     "deadline": deadline_preemption.make_room,
+    "timeslice": timeslice.make_room,
 }
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
 # reclaim refuses victims only for their age: it looks again when one comes of age.
@@ -141,6 +148,7 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         + tuple(ANTICIPATE_RECHECKS[a] for a in spec.anticipate if a in ANTICIPATE_RECHECKS),
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
+        decide_recheck=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS),
     )
 
 
@@ -162,6 +170,10 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
         ):
             raise ProfileError(f"settings.{key}", "expected a number above 0, at most 1")
+        if key == "timeslice_s" and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        ):
+            raise ProfileError(f"settings.{key}", "expected a number above 0 (seconds)")
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ProfileError(f"settings.{key}", "expected a number ≥ 0")
         out[key] = type(getattr(Settings(), key))(value)
@@ -224,6 +236,12 @@ BUILTIN: dict[str, ProfileSpec] = {
         admit=("quota", "user_limit"),
         make_room=("reclaim",),
         anticipate=("opportunistic",),
+    ),
+    # Gandiva: submission order (jobs that do not fit are passed over), affinity-aware
+    # placement, and a job that finds no free GPUs time-slices with a running job of
+    # its GPU count: they take turns by suspend/resume (weighted round-robin).
+    "gandiva": ProfileSpec(
+        order="fifo", place="topology", make_room=("timeslice",), decide=("timeslice",)
     ),
     # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
     # (least slack first, preempting jobs without a guarantee after a 20-minute lease),

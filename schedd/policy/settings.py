@@ -66,3 +66,10 @@ class Settings:
     # A guaranteed job still waiting this long after its submission runs opportunistically
     # meanwhile (unless its spec opts out), and is upgraded back once the room is there.
     opportunistic_after_s: float = 1800.0
+    # Time-slicing (Gandiva): a job that finds no free GPUs may take turns with a running
+    # job of its GPU count, at most `timeslice_max` jobs on one set of GPUs, each turn
+    # `timeslice_s` times its queue's weight (weighted round-robin). Gandiva's quantum
+    # was a minute; ten keep a switch's cost (a suspend frees GPU memory to the host,
+    # a resume reloads it) well under 1% of a turn with larger models.
+    timeslice_s: float = 600.0
+    timeslice_max: int = 2

@@ -18,11 +18,16 @@ GUARANTEED = "guaranteed"
 # one per GPU, and the agent throttles it to keep a guaranteed neighbour at full speed.
 # A GPU it holds is still free for a guaranteed job; it holds no share of its queue's.
 OPPORTUNISTIC = "opportunistic"
+# A time-sliced job paused at a mini-batch boundary (Gandiva): it keeps its process, its
+# node's CPUs and memory and the GPUs it resumes on (`shards`), but holds no GPU and no
+# share of its queue's until a `Resume`; another job runs on those GPUs meanwhile.
+SUSPENDED = "suspended"
 
 
 def holds_gpus(job: PendingJob | PlacedJob) -> bool:
-    """Whether the job's GPUs are its own: false for an opportunistic job."""
-    return job.kind != OPPORTUNISTIC
+    """Whether the job's GPUs are its own: false for an opportunistic job, and for a
+    suspended one (its GPUs are another job's until it resumes)."""
+    return job.kind != OPPORTUNISTIC and getattr(job, "state", None) != SUSPENDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +158,14 @@ class PlacedJob:
     # How busy it keeps its GPUs (0-100) where the shell knows better than the GPUs'
     # own figures (the simulator's assumed utilisation); None: read the GPUs'.
     utilization_pct: int | None = None
+    # When it entered its state: resumed or started (running), or was paused
+    # (suspended); None: at `started_at`. Time-slicing reads how long each has had.
+    state_since: float | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
+        if len(self.shards) == 1:  # most jobs: no new tuple (plugins ask in their loops)
+            return self.shards[0].gpu_uuids
         return tuple(u for s in self.shards for u in s.gpu_uuids)
 
     @property
@@ -223,7 +233,7 @@ def shard_requests(job_request: Request, shards: tuple[Shard, ...]) -> list[Requ
 
 def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     """Each connected node's capacity less what placed jobs hold on it (an opportunistic
-    job its CPUs and memory, not its GPUs)."""
+    or suspended job its CPUs and memory, not its GPUs)."""
     used_gpus: set[str] = set()
     used_cpus: dict[str, float] = {}
     used_mem: dict[str, int] = {}

@@ -179,11 +179,7 @@ class View:
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
             sizes = self.gpu_sizes.setdefault(shard.node_id, {})  # owned: `writable` above
             sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
-        r = job.request.resources()
-        for q in lineage(job.queue):
-            self.allocated[q] = self.allocated.get(q, NOTHING) + r
-        key = (job.queue, job.user)
-        self.user_allocated[key] = self.user_allocated.get(key, NOTHING) + r
+        self._count(job.queue, job.user, job.request.resources(), +1)
         self.launched.append((shards, self.now + self.estimate(job)))
 
     def _share(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
@@ -200,11 +196,46 @@ class View:
         """Count a victim's resources as leaving its queue (they free when it exits)."""
         self.generation += 1
         self.stopping.add(job.job_id)
-        r = job.request.resources()
-        for q in lineage(job.queue):
-            self.allocated[q] = self.allocated.get(q, NOTHING) - r
-        key = (job.queue, job.user)
-        self.user_allocated[key] = self.user_allocated.get(key, NOTHING) - r
+        self._count(job.queue, job.user, job.request.resources(), -1)
+
+    def suspend(self, job: PlacedJob) -> None:
+        """A running job paused for another (time-slicing): its GPUs are free in this
+        plan at once, it keeps its CPUs and memory, and its queue no longer holds them."""
+        self.generation += 1
+        self.stopping.add(job.job_id)
+        for shard in job.shards:
+            cap = self.writable(shard.node_id)
+            del self.by_free[len(cap.free_gpus)][shard.node_id]
+            back = [self.gpu(u) for u in shard.gpu_uuids]
+            cap.free_gpus = sorted([*cap.free_gpus, *back], key=lambda g: g.index)
+            self.by_free[len(cap.free_gpus)][shard.node_id] = None
+            sizes = self.gpu_sizes[shard.node_id]  # owned: `writable` above
+            sizes[job.request.gpus] -= 1
+            if not sizes[job.request.gpus]:
+                del sizes[job.request.gpus]
+        self._count(job.queue, job.user, job.request.resources(), -1)
+
+    def resume(self, job: PlacedJob) -> None:
+        """A suspended job takes its own GPUs again (they are free in this plan)."""
+        self.generation += 1
+        for shard in job.shards:
+            cap = self.writable(shard.node_id)
+            del self.by_free[len(cap.free_gpus)][shard.node_id]
+            taken = set(shard.gpu_uuids)
+            cap.free_gpus = [g for g in cap.free_gpus if g.uuid not in taken]
+            self.by_free[len(cap.free_gpus)][shard.node_id] = None
+            sizes = self.gpu_sizes.setdefault(shard.node_id, {})
+            sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
+        self._count(job.queue, job.user, job.request.resources(), +1)
+        self.launched.append((job.shards, self.now + self.remaining(job)))
+
+    def _count(self, queue: str, user: str, r: Resources, sign: int) -> None:
+        for q in lineage(queue):
+            held = self.allocated.get(q, NOTHING)
+            self.allocated[q] = held + r if sign > 0 else held - r
+        key = (queue, user)
+        held = self.user_allocated.get(key, NOTHING)
+        self.user_allocated[key] = held + r if sign > 0 else held - r
 
     def reserved_for(self, job_id: str) -> Reservation | None:
         return self.reservations.get(job_id)

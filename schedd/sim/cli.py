@@ -116,13 +116,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a further factor for a job whose nodes span racks (--rack-size; default 1.0)",
     )
     locality.add_argument("--no-locality", action="store_true", help="no slowdown at all")
-    costs = parser.add_argument_group("preemption")
+    costs = parser.add_argument_group("preemption and suspension")
     costs.add_argument(
         "--preempt-overhead",
         type=_seconds,
         default=0.0,
         metavar="S",
         help="a preempted job holds its GPUs S seconds, doing nothing, before it requeues",
+    )
+    costs.add_argument(
+        "--suspend-overhead",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="a resumed job makes no progress for S seconds after each resume (default 0)",
     )
     costs.add_argument(
         "--checkpoint-interval",
@@ -222,6 +229,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error(str(exc))
     options = SimOptions(
         preempt_overhead_s=args.preempt_overhead,
+        suspend_overhead_s=args.suspend_overhead,
         checkpoint_interval_s=args.checkpoint_interval,
         half_life_s=args.half_life,
         queues=queues,
@@ -260,6 +268,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "locality_default": args.locality_default,
                 "cross_rack_speed": args.cross_rack_speed,
                 "preempt_overhead_s": args.preempt_overhead,
+                "suspend_overhead_s": args.suspend_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,
                 "gpu_util_pct": [low, high],

@@ -5,8 +5,9 @@ periodic tick while jobs are pending or running, or the time the last plan said 
 could come out otherwise: `Plan.recheck_at`) the engine takes every event due then,
 builds a Snapshot exactly as the live scheduler would (the oldest `pending_window`
 pending jobs in submission order), calls `plan`, and applies the Plan. A plan that
-preempted or stopped something, or launched from a full pending window, is followed by
-another at the same instant, until one changes nothing (at most `max_rounds`).
+preempted, stopped, suspended or resumed something, or launched from a full pending
+window, is followed by another at the same instant, until one changes nothing (at most
+`max_rounds`).
 
 Views handed to the policy are kept between instants and rebuilt only where something
 in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
@@ -23,7 +24,17 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from schedd.policy import Profile
-from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, SetKind, Stop
+from schedd.policy.actions import (
+    AdmitDeadline,
+    Launch,
+    Plan,
+    Preempt,
+    Reserve,
+    Resume,
+    SetKind,
+    Stop,
+    Suspend,
+)
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
     GUARANTEED,
@@ -35,7 +46,15 @@ from schedd.policy.snapshot import (
 )
 from schedd.sim.cluster import build_nodes
 from schedd.sim.estimates import Estimates
-from schedd.sim.jobs import CANCELLED, FINISHED, PENDING, PREEMPTING, RUNNING, SimJob
+from schedd.sim.jobs import (
+    CANCELLED,
+    FINISHED,
+    PENDING,
+    PREEMPTING,
+    RUNNING,
+    SUSPENDED,
+    SimJob,
+)
 from schedd.sim.ledger import Ledger
 from schedd.sim.locality import LocalityModel
 from schedd.sim.outcome import SimResult, outcome_of
@@ -63,6 +82,7 @@ class SimOptions:
     half_life_s: float = DAY_S
     queues: tuple[QueueSpec, ...] = ()
     max_rounds: int = 64  # plans at one instant, at most
+    suspend_overhead_s: float = 0.0  # a resumed job makes no progress this long
     sharing: SharingModel = field(default_factory=SharingModel)
 
 
@@ -101,7 +121,7 @@ class Simulation:
         self.gpu_owner: dict[str, SimJob] = {}  # the guaranteed holder
         self.gpu_sharer: dict[str, SimJob] = {}  # the opportunistic one
         self.pending: dict[int, SimJob] = {}  # by seq; sorted by seq when `_unsorted`
-        self.holding: dict[int, SimJob] = {}  # running or preempting
+        self.holding: dict[int, SimJob] = {}  # running, preempting or suspended
         self.events: list[Event] = []
         self._event_seq = 0
         self._next_arrival = 0
@@ -110,6 +130,7 @@ class Simulation:
         self._placed_view: tuple[float, tuple[PlacedJob, ...]] | None = None
         self._tick_origin = start
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
+        self._changed = False  # whether the last instant's plans changed anything
 
     # ---- the loop -----------------------------------------------------------------
 
@@ -148,12 +169,22 @@ class Simulation:
         if self._next_arrival < len(self.jobs):
             candidates.append(self.jobs[self._next_arrival].spec.submit_s)
         if not candidates:
-            return None  # nothing runs and nothing arrives: what is left can never start
+            # Nothing runs and nothing arrives: what is left can never start, unless a
+            # plan resumes a suspended job. The policy is asked again when its last plan
+            # asked to be (`recheck_at`), or at its tick while its last instant changed
+            # anything: not tick after tick on nothing.
+            if not self._any_suspended():
+                return None
+            if not self._changed:
+                tick = None
         if tick is not None:
             candidates.append(tick)
         if self._recheck_at is not None:
             candidates.append(self._recheck_at)
-        return min(candidates)
+        return min(candidates) if candidates else None
+
+    def _any_suspended(self) -> bool:
+        return any(job.state == SUSPENDED for job in self.holding.values())
 
     def _next_tick(self, now: float) -> float | None:
         every = self.profile.tick_s
@@ -180,11 +211,14 @@ class Simulation:
 
     def _plan_until_quiet(self, now: float) -> None:
         plan = Plan()
+        self._changed = False
         for _ in range(self.options.max_rounds):
             snapshot = self.snapshot(now)
             plan = self.profile.plan(snapshot, now)
             self.ledger.plan_calls += 1
-            if not self._apply(plan, now) or not self._worth_replanning(plan, snapshot):
+            changed = self._apply(plan, now)
+            self._changed |= changed
+            if not changed or not self._worth_replanning(plan, snapshot):
                 break
         else:
             self.ledger.replan_cap_hits += 1
@@ -194,13 +228,15 @@ class Simulation:
 
     def _worth_replanning(self, plan: Plan, snapshot: Snapshot) -> bool:
         """Whether a plan at the same instant could decide more. A plan that only
-        launched already filled what its view offered, and its view was the cluster as
-        it now is; GPUs freed by stops or preemptions, or jobs behind a full pending
-        window, are new to the next one."""
+        launched (suspended or resumed) already filled what its view offered, and its
+        view was the cluster as it now is; GPUs freed by stops or preemptions, or jobs
+        behind a full pending window, are new to the next one."""
         if len(snapshot.pending) >= self.profile.pending_window:
             return True
-        # Deadline answers were already in this plan's view.
-        return any(not isinstance(a, Launch | Reserve | AdmitDeadline) for a in plan.actions)
+        # Deadline answers were already in this plan's view, and so were the GPUs its
+        # suspensions freed (a policy's view frees them at once, unlike a preemption's).
+        settled = Launch | Reserve | AdmitDeadline | Suspend | Resume
+        return any(not isinstance(a, settled) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
 
@@ -267,11 +303,14 @@ class Simulation:
 
     def _placed_job(self, job: SimJob, now: float, every: float | None) -> PlacedJob:
         """The job as the policy sees it at `now`. A running job's service is given as
-        of its start; a preempting job's figures are final.
+        of the start of its run segment (its launch or last resume); a preempting or
+        suspended job's figures are final.
 
         Without checkpoints modelled, `checkpointed_at` is None, as the live scheduler
         says it (the policy then counts the work since the start as at risk), although
-        the simulated preemption loses nothing."""
+        the simulated preemption loses nothing. With them, a run segment starts from a
+        saved state (a suspension's is counted as saved), and a suspended job's is its
+        suspension."""
         started = job.started_at
         assert started is not None
         checkpoint, as_of = None, None
@@ -279,6 +318,8 @@ class Simulation:
             as_of = started
             if every is not None:
                 checkpoint = started + math.floor((now - started) / every) * every
+        elif job.state == SUSPENDED and every is not None:
+            checkpoint = job.placed_fields["state_since"]
         view = PlacedJob(
             **job.placed_fields,
             attained_s=job.attained_gpu_s,
@@ -294,17 +335,22 @@ class Simulation:
     # ---- applying a plan -------------------------------------------------------------
 
     def _apply(self, plan: Plan, now: float) -> bool:
-        """Apply stops and preemptions first (they free GPUs), then launches; True when
-        anything changed."""
+        """Apply stops, preemptions and suspensions first (they free GPUs), then resumes,
+        then launches; True when anything changed."""
         changed = False
+        resumes: list[Resume] = []
         launches: list[Launch] = []
         for action in plan.actions:
             if isinstance(action, Launch):
                 launches.append(action)
+            elif isinstance(action, Resume):
+                resumes.append(action)
             elif isinstance(action, Preempt):
                 changed |= self._preempt(action, now)
             elif isinstance(action, Stop):
                 changed |= self._stop(action, now)
+            elif isinstance(action, Suspend):
+                changed |= self._suspend(action, now)
             elif isinstance(action, Reserve):
                 self.ledger.actions["Reserve"] += 1
             elif isinstance(action, AdmitDeadline):
@@ -313,6 +359,8 @@ class Simulation:
                 changed |= self._set_kind(action, now)
             else:
                 self.ledger.unsupported[type(action).__name__] += 1
+        for resume in resumes:
+            changed |= self._resume(resume, now)
         for launch in launches:
             changed |= self._launch(launch, now)
         return changed
@@ -334,19 +382,8 @@ class Simulation:
                 f"policy {name}: Launch of job {job.spec.job_id} names {len(uuids)} GPUs "
                 f"({len(set(uuids))} distinct); it asks for {job.spec.gpus}"
             )
-        holders = self._holders(job.kind)
-        for uuid in uuids:
-            holder = holders.get(uuid)
-            if holder is None:
-                continue
-            if holder.state == PREEMPTING:
-                # Room made by a preemption still under way: the GPUs free up later.
-                self.ledger.refused["launch on GPUs still being freed"] += 1
-                return False
-            raise SimError(
-                f"policy {name}: Launch of {job.kind} job {job.spec.job_id} on GPU {uuid}, "
-                f"which {holder.kind} job {holder.spec.job_id} holds"
-            )
+        if not self._gpus_free(job, uuids, "launch"):
+            return False
         self._dequeue(job)
         job.state = RUNNING
         job.shards = launch.shards
@@ -375,6 +412,26 @@ class Simulation:
         }
         self._hold(job, now)
         self.ledger.actions["Launch"] += 1
+        return True
+
+    def _gpus_free(self, job: SimJob, uuids: tuple[str, ...] | list[str], verb: str) -> bool:
+        """Whether `job` may take `uuids` as their holder of its kind: False (refused and
+        counted) where a preemption still frees one; a SimError where another job holds
+        one (the policy gave a GPU twice)."""
+        holders = self._holders(job.kind)
+        for uuid in uuids:
+            holder = holders.get(uuid)
+            if holder is None:
+                continue
+            if holder.state == PREEMPTING:
+                # Room made by a preemption still under way: the GPUs free up later.
+                self.ledger.refused[f"{verb} on GPUs still being freed"] += 1
+                return False
+            raise SimError(
+                f"policy {self.profile.name}: {verb.capitalize()} of {job.kind} job "
+                f"{job.spec.job_id} on GPU {uuid}, which {holder.kind} job "
+                f"{holder.spec.job_id} holds"
+            )
         return True
 
     def _preempt(self, preempt: Preempt, now: float) -> bool:
@@ -430,12 +487,71 @@ class Simulation:
             self._stop_running(job, now)
             self._release(job, now)
             self._end(job, CANCELLED, now)
+        elif job.state == SUSPENDED:
+            self._release(job, now)
+            self._end(job, CANCELLED, now)
         elif job.state == PREEMPTING and not job.cancel_when_freed:
             job.cancel_when_freed = True
         else:
             self.ledger.refused[f"stop of a {job.state} job"] += 1
             return False
         self.ledger.actions["Stop"] += 1
+        return True
+
+    def _suspend(self, suspend: Suspend, now: float) -> bool:
+        """Pause a running job (time-slicing): its progress up to now is kept, whatever
+        the checkpoint model (the shim suspends at a mini-batch boundary, its state kept
+        in memory); its GPUs are free for others and it is charged no usage until it
+        resumes; it keeps its shards, the GPUs it resumes on."""
+        job = self._job(suspend.job_id, "Suspend")
+        if job.state != RUNNING:
+            self.ledger.refused[f"suspend of a {job.state} job"] += 1
+            return False
+        assert job.started_at is not None and job.progress_at is not None
+        # Before a resume's overhead is over, `progress_at` is still ahead: nothing done.
+        done = max(0.0, now - job.progress_at) * job.speed
+        job.remaining_s = max(0.0, job.remaining_s - done)
+        job.progress_at = None
+        ran = now - job.started_at
+        job.attained_gpu_s += job.spec.gpus * ran
+        job.run_time_s += ran
+        job.timing += 1  # its completion event is void now
+        job.state = SUSPENDED  # before its GPUs change: not timed again as one that stays
+        uuids = self._uuids(job)
+        with self.gpus_change(uuids, now):
+            holders = self._holders(job.kind)
+            for uuid in uuids:
+                del holders[uuid]
+        self.ledger.release(job, now)
+        job.held_since = None
+        self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+        job.suspensions += 1
+        job.placed_fields = {**job.placed_fields, "state": SUSPENDED, "state_since": now}
+        job.placed_view = None
+        self._placed_view = None
+        self.ledger.actions["Suspend"] += 1
+        return True
+
+    def _resume(self, resume: Resume, now: float) -> bool:
+        """A suspended job takes its own GPUs back and goes on at its speed there, after
+        `suspend_overhead_s` without progress. The resume starts a new run segment: its
+        service, run time and checkpoints count from now, as from a launch (but it is
+        neither a new start nor a preemption)."""
+        job = self._job(resume.job_id, "Resume")
+        if job.state != SUSPENDED:
+            self.ledger.refused[f"resume of a {job.state} job"] += 1
+            return False
+        if not self._gpus_free(job, self._uuids(job), "resume"):
+            return False
+        job.state = RUNNING
+        job.started_at = job.held_since = now
+        job.progress_at = now + self.options.suspend_overhead_s
+        job.remaining_at_start = job.remaining_s
+        job.checkpoint_remaining = None
+        job.placed_fields = {**job.placed_fields, "state": RUNNING, "state_since": now}
+        job.placed_view = None
+        self._hold(job, now)
+        self.ledger.actions["Resume"] += 1
         return True
 
     # ---- state changes -------------------------------------------------------------
@@ -459,8 +575,8 @@ class Simulation:
         self._views_changed()
 
     def _hold(self, job: SimJob, now: float) -> None:
-        """The launched job takes its GPUs (as their holder of its kind) and starts its
-        clock; a job it now shares GPUs with changes speed."""
+        """The launched or resumed job takes its GPUs (as their holder of its kind) and
+        starts its clock; a job it now shares GPUs with changes speed."""
         uuids = self._uuids(job)
         with self.gpus_change(uuids, now):
             holders = self._holders(job.kind)
@@ -472,21 +588,26 @@ class Simulation:
         self.usage.change(job.spec.queue, job.spec.user, job.spec.gpus, now)
 
     def _release(self, job: SimJob, now: float) -> None:
-        uuids = self._uuids(job)
-        with self.gpus_change(uuids, now):
-            holders = self._holders(job.kind)
-            for uuid in uuids:
-                del holders[uuid]
-            job.shards = ()
+        """The job gives up what it holds, for good."""
+        if job.state == SUSPENDED:
+            job.shards = ()  # its GPUs, their ledger and its usage went at the suspension
+        else:
+            uuids = self._uuids(job)
+            with self.gpus_change(uuids, now):
+                holders = self._holders(job.kind)
+                for uuid in uuids:
+                    del holders[uuid]
+                job.shards = ()
+            self.ledger.release(job, now)
+            if job.state == RUNNING:
+                self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
         del self.holding[job.seq]
         self._placed_view = None
-        self.ledger.release(job, now)
-        if job.state == RUNNING:
-            self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
         job.held_since, job.placed_view = None, None
 
     def _stop_running(self, job: SimJob, now: float) -> None:
-        """Close the current attempt: count its service, keep the work that survives."""
+        """Close the current attempt: count its service (of its run segment since its
+        launch or last resume), keep the work that survives."""
         assert job.started_at is not None and job.progress_at is not None
         ran = now - job.started_at
         kept = ran
@@ -526,7 +647,8 @@ class Simulation:
             self._views_changed()
 
     def _service_so_far(self, now: float) -> Iterator[float]:
-        """GPU-seconds received by every job that holds GPUs or waits after a preemption."""
+        """GPU-seconds received by every job that holds GPUs (or is suspended), or
+        waits after a preemption."""
         for job in self.holding.values():
             running = job.state == RUNNING and job.started_at is not None
             ran = now - job.started_at if running else 0.0  # type: ignore[operator]
@@ -589,7 +711,9 @@ class Simulation:
 
     def _retime(self, job: SimJob, now: float) -> None:
         """Bring the job's remaining work up to now at its old speed, and plan its
-        completion at its new one (none while it makes no progress)."""
+        completion at its new one (none while it makes no progress). Before a resume's
+        overhead is over, `progress_at` lies ahead: no work done yet, and the completion
+        counts from then."""
         assert job.progress_at is not None and job.started_at is not None
         every = self.options.checkpoint_interval_s
         if every is not None:  # keep the last checkpoint since the last change
@@ -597,8 +721,9 @@ class Simulation:
             if at > job.progress_at:
                 left = job.remaining_s - (at - job.progress_at) * job.speed
                 job.checkpoint_remaining = (at, max(0.0, left))
-        job.remaining_s = max(0.0, job.remaining_s - (now - job.progress_at) * job.speed)
-        job.progress_at = now
+        done = max(0.0, now - job.progress_at) * job.speed
+        job.remaining_s = max(0.0, job.remaining_s - done)
+        job.progress_at = max(now, job.progress_at)
         model = self.options.sharing
         uuids = self._uuids(job)
         if job.kind == OPPORTUNISTIC:
@@ -609,7 +734,7 @@ class Simulation:
         job.speed = job.locality_speed * job.share_speed
         job.timing += 1
         if job.speed > 0:
-            self._at(now + job.remaining_s / job.speed, _FINISH, job)
+            self._at(job.progress_at + job.remaining_s / job.speed, _FINISH, job)
 
     def _set_kind(self, action: SetKind, now: float) -> bool:
         job = self._job(action.job_id, "SetKind")

@@ -3,7 +3,13 @@
 future -> pending -> running -> finished
                       running -> preempting -> pending   (Preempt with an overhead)
                       running -> pending                 (Preempt without one)
-pending / running -> cancelled                           (Stop, or Preempt without requeue)
+                      running -> suspended -> running    (Suspend, then Resume: time-slicing)
+pending / running / suspended -> cancelled               (Stop, or Preempt without requeue)
+
+A suspended job keeps its shards (the GPUs it resumes on) and its place among the jobs
+that hold resources, but holds no GPU, makes no progress and is charged no usage; it
+loses no work. Each Resume starts a new run segment: `started_at`, the checkpoint clock
+and `remaining_at_start` count from it, as they do from a launch.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard
+from schedd.policy.snapshot import SUSPENDED as SUSPENDED  # the PlacedJob state's word
 from schedd.sim.traces import TraceJob
 
 FUTURE = "future"
@@ -30,8 +37,8 @@ class SimJob:
     remaining_s: float  # work left, in seconds at full speed
     state: str = FUTURE
     attempt: int = 0  # grows at every start and every preemption: stale events are ignored
-    started_at: float | None = None  # start of the current attempt
-    held_since: float | None = None  # when it took the GPUs it holds now
+    started_at: float | None = None  # start of the current run segment (launch or resume)
+    held_since: float | None = None  # when it took the GPUs it holds now (None: holds none)
     first_started_at: float | None = None
     finished_at: float | None = None
     ended_at: float | None = None  # finished or cancelled
@@ -40,9 +47,11 @@ class SimJob:
     speed: float = 1.0  # now: locality x sharing
     locality_speed: float = 1.0  # of the current attempt's placement
     share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
-    progress_at: float | None = None  # when remaining_s was last brought up to date
-    remaining_at_start: float = 0.0  # of the current attempt
-    # (time, remaining_s then) at the attempt's last checkpoint before `progress_at`,
+    # When remaining_s was last brought up to date; after a resume with an overhead, when
+    # progress begins again (later than now until the overhead is over).
+    progress_at: float | None = None
+    remaining_at_start: float = 0.0  # of the current run segment
+    # (time, remaining_s then) at the segment's last checkpoint before `progress_at`,
     # found when the speed changed after it: what a preemption falls back to.
     checkpoint_remaining: tuple[float, float] | None = None
     timing: int = 0  # grows whenever the completion is planned again: stale ones ignored
@@ -50,6 +59,7 @@ class SimJob:
     utilization_pct: int = 100  # of its GPUs, assumed (sharing.py)
     shards: tuple[Shard, ...] = ()
     preemptions: int = 0
+    suspensions: int = 0
     cancel_when_freed: bool = False  # stopped while its preemption was under way
     deadline_admitted: bool | None = None  # the policy's AdmitDeadline, if any
     # Views handed to the policy, rebuilt only when something in them changed.

@@ -117,6 +117,7 @@ class Summary:
     deadline_missed: int  # finished after the deadline, or never
     jct_best_effort_avg_s: float  # over finished jobs with no deadline
     preemptions: int
+    suspensions: int
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
     unsupported_actions: dict[str, int]
@@ -198,6 +199,7 @@ def summarize(result: SimResult) -> Summary:
             [jct for j in jobs if j.deadline_s is None and (jct := j.jct_s) is not None]
         ),
         preemptions=sum(j.preemptions for j in jobs),
+        suspensions=sum(j.suspensions for j in jobs),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),
         unsupported_actions=dict(ledger.unsupported),

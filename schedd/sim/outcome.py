@@ -19,9 +19,10 @@ class JobOutcome:
     submit_s: float
     state: str  # finished, cancelled, or where it was left (pending: it never got to run)
     first_start_s: float | None
-    finish_s: float | None
+    finish_s: float | None  # suspended time included: a JCT counts it as any other wait
     deadline_s: float | None
     preemptions: int
+    suspensions: int
 
     @property
     def jct_s(self) -> float | None:
@@ -44,6 +45,7 @@ def outcome_of(job: SimJob) -> JobOutcome:
         finish_s=job.finished_at,
         deadline_s=spec.deadline_s,
         preemptions=job.preemptions,
+        suspensions=job.suspensions,
     )
 
 

@@ -65,6 +65,10 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         ]
         for s in summaries
     ]
+    if any(s.suspensions for s in summaries):  # only time-slicing profiles suspend
+        headers.append("suspensions")
+        for row, s in zip(rows, summaries, strict=True):
+            row.append(f"{s.suspensions:,}")
     if any(s.deadline_jobs for s in summaries):
         headers.append(f"best-effort avg JCT ({unit})")
         for row, s in zip(rows, summaries, strict=True):

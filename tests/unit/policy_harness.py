@@ -6,13 +6,14 @@ import dataclasses
 from typing import Any
 
 from schedd.policy import build
-from schedd.policy.actions import Launch, Plan, Preempt, SetKind
+from schedd.policy.actions import Launch, Plan, Preempt, Resume, SetKind, Suspend
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
+    SUSPENDED,
     Gpu,
     Node,
     PendingJob,
@@ -146,16 +147,27 @@ def launches(plan: Plan) -> dict[str, Launch]:
 
 
 def assert_valid(snap: Snapshot, plan: Plan) -> None:
-    """Invariants of any plan: no GPU held by two guaranteed jobs nor shared by two
-    opportunistic ones, no node over its CPUs or memory,
+    """Invariants of any plan: no GPU held by two guaranteed jobs (once the plan's
+    suspends and resumes are done) nor shared by two opportunistic ones, only running
+    jobs paused and only suspended ones resumed, no node over its CPUs or memory,
     each launch on connected nodes with exactly the GPUs asked (on one node unless the
     snapshot allows more), every pending job either launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
     kinds = {j.job_id: j.kind for j in (*snap.pending, *snap.placed)}
     kinds.update({a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)})
-    used = [u for j in snap.placed for u in j.gpu_uuids if holds_gpus(j)]
-    shared = [u for j in snap.placed for u in j.gpu_uuids if not holds_gpus(j)]
+    placed_by_id = {j.job_id: j for j in snap.placed}
+    paused = {a.job_id for a in plan.actions if isinstance(a, Suspend)}
+    resumed = {a.job_id for a in plan.actions if isinstance(a, Resume)}
+    assert all(placed_by_id[j].state == "running" for j in paused), "a pause of a job not running"
+    assert all(placed_by_id[j].state == SUSPENDED for j in resumed), "a resume of a job not paused"
+    used = [
+        u
+        for j in snap.placed
+        for u in j.gpu_uuids
+        if (holds_gpus(j) and j.job_id not in paused) or j.job_id in resumed
+    ]
+    shared = [u for j in snap.placed for u in j.gpu_uuids if j.kind == OPPORTUNISTIC]
     cpus = dict.fromkeys(by_node, 0.0)
     mem = dict.fromkeys(by_node, 0)
     holders = [(j.shards, j.request) for j in snap.placed]

@@ -19,7 +19,7 @@ from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import PendingJob, PlacedJob, Snapshot
+from schedd.policy.snapshot import SUSPENDED, PendingJob, PlacedJob, Snapshot, holds_gpus
 from tests.unit.policy_harness import assert_valid, node, pending, placed
 
 QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
@@ -62,6 +62,19 @@ def clusters(draw: st.DrawFn) -> Snapshot:
                 state=draw(st.sampled_from(["running", "running", "assigned", "preempting"])),
             )
         )
+    # Time-sliced jobs (Gandiva): paused beside a running job on its GPUs, or alone on
+    # GPUs their partner left.
+    for job in list(running):
+        if job.state == "running" and draw(st.integers(0, 3)) == 0:
+            since = draw(st.sampled_from([0.0, 9_500.0]))
+            running.append(
+                dataclasses.replace(
+                    job, job_id=f"{job.job_id}s", state=SUSPENDED, state_since=since
+                )
+            )
+    for k, n in enumerate(nodes):
+        if free[k] and draw(st.integers(0, 3)) == 0:
+            running.append(placed(f"alone{k}", n, free[k][:1], state=SUSPENDED))
     waiting = [
         pending(
             f"p{j}",
@@ -87,6 +100,16 @@ def test_every_plan_is_valid_and_gangs_are_whole(snap: Snapshot, name: str) -> N
     assert_valid(snap, plan)  # no GPU twice, nodes within CPUs/memory, all GPUs of a gang
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=clusters(), now=st.sampled_from([100.0, 10_000.0]))
+def test_time_slicing_never_gives_a_gpu_twice(snap: Snapshot, now: float) -> None:
+    """Turns and oversubscription: after the plan's suspends and resumes, every GPU has
+    one guaranteed job running at most; only running jobs are paused, only paused ones
+    resumed."""
+    plan = policy.profile("gandiva").plan(snap, now)
+    assert_valid(snap, plan)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=clusters(), name=st.sampled_from(["drf", "capacity", "default", "backfill"]))
 def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: str) -> None:
@@ -96,6 +119,8 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: s
     before: dict[str, int] = {}
     after: dict[str, int] = {}
     for job in snap.placed:
+        if not holds_gpus(job):
+            continue
         before[job.queue] = before.get(job.queue, 0) + job.request.gpus
         if job.job_id not in victims:
             after[job.queue] = after.get(job.queue, 0) + job.request.gpus

@@ -36,6 +36,7 @@ def sim(*args: str) -> list[str]:
         (["--format", "swf"], "--format: invalid choice: 'swf'"),
         (["--limit", "0"], "--limit: expected a whole number >= 1"),
         (["--preempt-overhead", "-1"], "--preempt-overhead: expected seconds >= 0"),
+        (["--suspend-overhead", "-1"], "--suspend-overhead: expected seconds >= 0"),
         (["--checkpoint-interval", "0"], "--checkpoint-interval: expected seconds > 0"),
         (["--locality-default", "2"], "--locality-default: expected a relative speed in (0, 1]"),
         (["--model-info", "MISSING"], "--model-info: "),
@@ -145,11 +146,13 @@ def test_deadlines_racks_and_estimates_reach_the_report(
                      "c,200,10,2,\n")  # fmt: skip
     out = tmp_path / "out.json"
     args = ["--trace", str(trace), "--format", "csv", "--cluster", "2x1", "--rack-size", "1",
-            "--cross-rack-speed", "0.5", "--estimates", "history", "--json", str(out)]  # fmt: skip
+            "--cross-rack-speed", "0.5", "--estimates", "history", "--suspend-overhead", "0.25",
+            "--json", str(out)]  # fmt: skip
     main(sim(*args))
     assert "best-effort avg JCT (s)" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert (data["options"]["cross_rack_speed"], data["options"]["estimates"]) == (0.5, "history")
+    assert data["options"]["suspend_overhead_s"] == 0.25
     [run] = data["runs"]
     assert run["deadline_miss_rate"] == 0.0
     assert run["jct_best_effort_avg_s"] == pytest.approx((120 + 20) / 2)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from schedd.policy import Profile, profile
-from schedd.policy.actions import Launch, Plan, Preempt, Stop, Suspend
+from schedd.policy.actions import Launch, Plan, Preempt, SetLimits, Stop
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
@@ -264,7 +264,7 @@ def test_stop_cancels_a_pending_job_and_unsupported_actions_are_counted() -> Non
             if pending.job_id == "c":
                 plan.actions.append(Stop("c", "test"))
         for placed in snapshot.placed:
-            plan.actions.append(Suspend(placed.job_id, "not simulated"))
+            plan.actions.append(SetLimits(placed.job_id, "not simulated", compute_share=50))
         return plan
 
     def stop_first(snapshot: Snapshot, now: float) -> Plan:
@@ -279,7 +279,7 @@ def test_stop_cancels_a_pending_job_and_unsupported_actions_are_counted() -> Non
     outcomes = {j.job_id: j for j in result.jobs}
     assert outcomes["c"].state == "cancelled"
     assert outcomes["c"].finish_s is None
-    assert result.ledger.unsupported["Suspend"] >= 1
+    assert result.ledger.unsupported["SetLimits"] >= 1
     summary = summarize(result)
     assert (summary.finished, summary.cancelled, summary.never_finished) == (1, 1, 0)
 

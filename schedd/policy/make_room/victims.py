@@ -9,7 +9,7 @@ from operator import is_
 
 from schedd.policy.kept import Kept
 from schedd.policy.placement import NoFit, Placement, needs_spreading
-from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus, shard_requests
+from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus, shard_requests
 from schedd.policy.view import View
 
 PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
@@ -19,6 +19,9 @@ PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
 class Eviction:
     victims: tuple[PlacedJob, ...]
     reason: str  # told to each victim, e.g. "reclaimed by queue a for job 7"
+    # Where set, the victims are suspended, not preempted (time-slicing): their GPUs
+    # are free at once and the job starts there in the same plan.
+    launch_on: tuple[Shard, ...] | None = None
 
 
 def work_at_risk(job: PlacedJob, view: View) -> float:

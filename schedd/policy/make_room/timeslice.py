@@ -1,0 +1,74 @@
+"""Time-slicing under oversubscription (Gandiva): a job that finds no free GPUs starts
+at once on the GPUs of a running job of the same GPU count (Gandiva's affinity), which
+is suspended at its next mini-batch boundary; from then on the two take turns
+(`decide.timeslice`). A new job gets early feedback instead of queueing.
+
+The partner is a running guaranteed job on one node, with the job's GPU count, whose
+GPUs fewer than `timeslice_max` jobs take turns on; the least shared first, then the
+one whose turn began longest ago. Nobody loses work: a suspended job keeps its process.
+"""
+
+from __future__ import annotations
+
+from schedd.policy.make_room.victims import Eviction, PlaceFn
+from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
+from schedd.policy.timeslice import group_sizes, may_take_turns, since
+from schedd.policy.view import View
+
+
+def _partners(view: View, gpus: int) -> list[PlacedJob]:
+    """Running jobs of `gpus` GPUs another job could take turns with, best first (once
+    per cycle: the plan's own choices join `view.stopping`)."""
+    key = ("timeslice_partners", gpus)
+    known = view.memo.get(key)
+    if known is None:
+        most = view.settings.timeslice_max
+        sizes = group_sizes(view)
+        known = view.memo[key] = sorted(
+            (
+                j
+                for j in view.snapshot.placed
+                if j.request.gpus == gpus
+                and may_take_turns(j)
+                and j.shards[0].node_id in view.capacity
+                and 1 + sizes[j.gpu_uuids] < most
+            ),
+            key=lambda j: (sizes[j.gpu_uuids], since(j), j.job_id),
+        )
+    return known  # type: ignore[return-value]
+
+
+def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
+    """Whether the node has the job's CPUs and memory with the partner still there
+    (a suspended job keeps its own), and none of the GPUs is held for another job."""
+    shard = partner.shards[0]
+    if job.request.node_id is not None and job.request.node_id != shard.node_id:
+        return False
+    cap = view.capacity[shard.node_id]
+    if cap.cpus + 1e-9 < job.request.cpus or cap.memory_mib < job.request.memory_mib:
+        return False
+    for uuid in shard.gpu_uuids:
+        held = view.reserved.get(uuid)
+        if held is not None and held.job_id != job.job_id:
+            return False
+    return True
+
+
+def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
+    if view.settings.timeslice_max < 2 or not holds_gpus(job) or job.request.gpus <= 0:
+        return None
+    # Partners only go (to the plan's choices) and capacity only shrinks in a cycle: a
+    # request that found none finds none for the rest of it.
+    none_for = ("timeslice_none", job.request)
+    if none_for in view.memo:
+        return None
+    for partner in _partners(view, job.request.gpus):
+        if partner.job_id in view.stopping or not _fits_beside(job, partner, view):
+            continue
+        return Eviction(
+            (partner,),
+            f"time-sliced: job {job.job_id} takes turns with it on its GPUs",
+            launch_on=partner.shards,
+        )
+    view.memo[none_for] = True
+    return None

@@ -1,0 +1,70 @@
+"""What time-slicing (Gandiva) reads of the cluster: groups of jobs taking turns on the
+same GPUs, and when a running job's turn is over. Shared by the make-room plugin that
+forms the groups and the decide plugin that rotates them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schedd.policy.snapshot import GUARANTEED, SUSPENDED, PlacedJob, holds_gpus
+from schedd.policy.view import View
+
+
+def since(job: PlacedJob) -> float:
+    """When the job entered its state (its turn began, or it was paused)."""
+    if job.state_since is not None:
+        return job.state_since
+    return job.started_at if job.started_at is not None else 0.0
+
+
+# Turns that end within this share of a turn of each other are over together: the
+# groups that rotate at one plan stay in step after it, so that the shell plans once
+# for many of them instead of once for each (a turn is at most this much shorter).
+TURN_SLACK = 0.1
+
+
+def turn_over(job: PlacedJob, view: View) -> bool:
+    """Whether the running job has had its turn (or all but the slack of it)."""
+    return view.now >= turn_ends(job, view) - TURN_SLACK * view.settings.timeslice_s
+
+
+def turn_ends(job: PlacedJob, view: View) -> float:
+    """When a running job's turn is over: `timeslice_s` times its queue's weight after it
+    started or resumed (weighted round-robin)."""
+    return since(job) + view.settings.timeslice_s * view.queue(job.queue).weight
+
+
+def suspended_jobs(view: View) -> list[PlacedJob]:
+    """Suspended jobs on connected nodes, the one paused longest first."""
+    key = ("timeslice_suspended",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = sorted(
+            (
+                j
+                for j in view.snapshot.placed
+                if j.state == SUSPENDED and all(s.node_id in view.capacity for s in j.shards)
+            ),
+            key=lambda j: (since(j), j.job_id),
+        )
+    return known  # type: ignore[return-value]
+
+
+def may_take_turns(job: PlacedJob) -> bool:
+    """A running guaranteed job on one node: the kind that can be paused for another."""
+    return (
+        job.state == "running"
+        and job.kind == GUARANTEED
+        and holds_gpus(job)
+        and len(job.shards) == 1
+        and job.request.gpus > 0
+    )
+
+
+def group_sizes(view: View) -> Counter[tuple[str, ...]]:
+    """Jobs per set of GPUs among the time-sliced ones: the suspended jobs on each set."""
+    key = ("timeslice_groups",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = Counter(j.gpu_uuids for j in suspended_jobs(view))
+    return known  # type: ignore[return-value]

@@ -1,0 +1,133 @@
+"""Time-slicing (Gandiva): a job that finds no free GPUs takes turns with a running job
+of its GPU count, and suspended jobs come back by weighted round-robin."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedd.policy.actions import Launch, Plan, Resume, Suspend
+from schedd.policy.queues import QueueSpec
+from schedd.policy.snapshot import SUSPENDED, PlacedJob
+from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
+
+
+def paused(job: PlacedJob, since: float) -> PlacedJob:
+    return dataclasses.replace(job, state=SUSPENDED, state_since=since)
+
+
+def turn(job: PlacedJob, since: float) -> PlacedJob:
+    return dataclasses.replace(job, state_since=since)
+
+
+def kinds(plan: Plan) -> list[tuple[str, str]]:
+    """The plan's suspends, resumes and launches, in order."""
+    wanted = (Suspend, Resume, Launch)
+    return [(type(a).__name__, a.job_id) for a in plan.actions if isinstance(a, wanted)]
+
+
+def test_a_job_with_no_free_gpus_takes_turns_with_a_job_of_its_size() -> None:
+    n = node("n", 4)
+    running = [placed("one", n, [0]), placed("two", n, [1, 2]), placed("one-b", n, [3])]
+    plan = run("gandiva", snapshot([n], [pending("new", 2)], running), now=100.0)
+    # Its partner has its GPU count (Gandiva's affinity): paused first, then it starts there.
+    assert kinds(plan) == [("Suspend", "two"), ("Launch", "new")]
+    assert launches(plan)["new"].gpu_uuids == ("n-g1", "n-g2")
+    assert "takes turns" in next(a for a in plan.actions if isinstance(a, Suspend)).reason
+    # With no running job of its size it waits, as in any profile.
+    plan = run("gandiva", snapshot([n], [pending("new", 3)], running), now=100.0)
+    assert plan.actions == []
+    assert plan.waiting["new"].code == "no_capacity"
+
+
+def test_other_profiles_never_time_slice() -> None:
+    n = node("n", 1)
+    plan = run("fifo", snapshot([n], [pending("new")], [placed("a", n, [0])]), now=100.0)
+    assert plan.actions == [] and plan.waiting["new"].code == "no_capacity"
+
+
+def test_the_least_shared_gpus_first_then_the_longest_turn() -> None:
+    n = node("n", 3)
+    a = turn(placed("a", n, [0]), 50.0)
+    b = turn(placed("b", n, [1]), 10.0)
+    c = turn(placed("c", n, [2]), 0.0)
+    c_partner = paused(placed("c2", n, [2]), 0.0)
+    snap = snapshot([n], [pending("x"), pending("y"), pending("z")], [a, b, c, c_partner])
+    plan = run("gandiva", snap, now=100.0, timeslice_max=3, timeslice_s=1000.0)
+    # b has run longest in its turn among the unshared; then a; c's GPU has two already.
+    assert launches(plan)["x"].gpu_uuids == ("n-g1",)
+    assert launches(plan)["y"].gpu_uuids == ("n-g0",)
+    assert launches(plan)["z"].gpu_uuids == ("n-g2",)
+    # At most `timeslice_max` jobs take turns on one set of GPUs: with 2, c is full.
+    plan = run("gandiva", snap, now=100.0, timeslice_s=1000.0)
+    assert set(launches(plan)) == {"x", "y"}
+    assert plan.waiting["z"].code == "no_capacity"
+
+
+def test_a_partner_needs_room_for_the_jobs_cpus_and_memory_beside_it() -> None:
+    n = node("n", 1, cpus=4)
+    running = [placed("a", n, [0], cpus=3)]
+    plan = run("gandiva", snapshot([n], [pending("big", cpus=2)], running), now=100.0)
+    assert plan.actions == []
+    plan = run("gandiva", snapshot([n], [pending("small", cpus=1)], running), now=100.0)
+    assert kinds(plan) == [("Suspend", "a"), ("Launch", "small")]
+
+
+def test_turns_rotate_when_the_running_jobs_turn_is_over() -> None:
+    n = node("n", 1)
+    waiting = paused(placed("s", n, [0]), 0.0)
+    active = turn(placed("a", n, [0]), 100.0)
+    snap = snapshot([n], [], [waiting, active])
+    early = run("gandiva", snap, now=500.0, timeslice_s=600.0)
+    assert early.actions == []
+    assert early.recheck_at == 700.0  # when a's turn ends, though nothing is pending
+    due = run("gandiva", snap, now=700.0, timeslice_s=600.0)
+    assert kinds(due) == [("Suspend", "a"), ("Resume", "s")]
+    assert "turn is over" in due.actions[0].reason  # type: ignore[union-attr]
+
+
+def test_turns_are_weighted_by_queue() -> None:
+    n = node("n", 1)
+    heavy = QueueSpec("heavy", weight=2.0)
+    waiting = paused(placed("s", n, [0]), 0.0)
+    active = turn(placed("a", n, [0], queue="heavy"), 100.0)
+    snap = snapshot([n], [], [waiting, active], queues=(heavy,))
+    assert run("gandiva", snap, now=700.0, timeslice_s=600.0).actions == []
+    assert run("gandiva", snap, now=700.0, timeslice_s=600.0).recheck_at == 1300.0
+    assert kinds(run("gandiva", snap, now=1300.0, timeslice_s=600.0)) == [
+        ("Suspend", "a"),
+        ("Resume", "s"),
+    ]
+
+
+def test_a_suspended_job_resumes_on_its_freed_gpus_before_a_pending_job_takes_them() -> None:
+    n = node("n", 1)
+    waiting = paused(placed("s", n, [0]), 0.0)
+    plan = run("gandiva", snapshot([n], [pending("new")], [waiting]), now=10.0)
+    # The GPU is free (its partner ended): s resumes at once, and new takes turns with s.
+    assert kinds(plan) == [("Resume", "s")]
+    assert plan.waiting["new"].code == "no_capacity"
+
+
+def test_the_longest_paused_job_goes_first() -> None:
+    n = node("n", 1)
+    older = paused(placed("older", n, [0]), 5.0)
+    newer = paused(placed("newer", n, [0]), 50.0)
+    active = turn(placed("a", n, [0]), 0.0)
+    plan = run("gandiva", snapshot([n], [], [newer, older, active]), now=900.0, timeslice_max=3)
+    assert kinds(plan) == [("Suspend", "a"), ("Resume", "older")]
+
+
+def test_a_gpu_held_by_a_job_that_cannot_pause_keeps_its_suspended_job_waiting() -> None:
+    n = node("n", 1)
+    waiting = paused(placed("s", n, [0]), 0.0)
+    leaving = placed("p", n, [0], state="preempting")
+    plan = run("gandiva", snapshot([n], [], [waiting, leaving]), now=5000.0)
+    assert plan.actions == []
+
+
+def test_a_suspended_job_holds_no_gpu_and_no_share_of_its_queue() -> None:
+    """Another profile sees a suspended job's GPUs as free (it does not rotate turns)."""
+    n = node("n", 1)
+    waiting = paused(placed("s", n, [0]), 0.0)
+    plan = run("drf", snapshot([n], [pending("new")], [waiting]), now=10.0)
+    assert launches(plan)["new"].gpu_uuids == ("n-g0",)
