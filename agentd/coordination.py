@@ -9,6 +9,10 @@ schedd as a `JobControlled(event="limits")`.
 
 - A job on several GPUs joins the coordinator of each. Its shim has one setting, so it
   gets the stricter of what they want: the lowest share and the smallest cap.
+- Time-slicing puts a second guaranteed job on a GPU whose guaranteed job is suspended.
+  A suspended guaranteed job leaves its GPUs' coordinators (`suspended`), so that the
+  one whose turn it is there is the one protected; a guaranteed job that finds another
+  on a GPU waits, uncoordinated there, and joins when that one is suspended or ends.
 - Only a GPU with a guaranteed job and opportunistic ones is steered; the coordinator
   returns no decisions for any other.
 - After an agent restart the runner calls `job_started` for each job it finds running
@@ -51,7 +55,9 @@ Setting = tuple[int, int | None]  # (share 0-100, memory cap in MiB or None)
 @dataclass
 class _Job:
     kind: str
+    uuids: list[str]  # its GPUs
     gpus: list[str] = field(default_factory=list)  # the GPUs whose coordinator it joined
+    suspended: bool = False  # by schedd (time-slicing, or a user), not by a coordinator
 
 
 class Coordination:
@@ -80,30 +86,35 @@ class Coordination:
         if key in self._jobs:
             log.warning("job already coordinated", job_key=key)
             return
-        job = self._jobs[key] = _Job(kind)
-        share, cap = self._shim_applies(key)
+        job = self._jobs[key] = _Job(kind, list(dict.fromkeys(gpu_uuids)))  # once per GPU
+        decisions = self._join(key, job)
+        self._drop_idle(gpu_uuids)
+        self._handle(decisions)
+
+    def suspended(self, key: str, suspended: bool) -> None:
+        """schedd suspended (or resumed) the job. A guaranteed job leaves its GPUs'
+        coordinators while suspended: another guaranteed job may take its turn there
+        (time-slicing), and it joins them in the suspended one's place. Resumed, it joins
+        again where no other guaranteed job is. An opportunistic job stays: its share is
+        steered as before, and applies once it runs again."""
+        job = self._jobs.get(key)
+        if job is None or job.suspended == suspended:
+            return  # not coordinated here, or a repeated control (a reconnect sends it)
+        job.suspended = suspended
+        if job.kind != "guaranteed":
+            return
+        if not suspended:
+            self._handle(self._join(key, job))
+            return
         now = self.clock()
         decisions: list[Decision] = []
-        for uuid in dict.fromkeys(gpu_uuids):  # once per GPU, in order
-            coordinator = self._coordinator(uuid)
-            if coordinator is None:
-                continue
-            joined = self._ask(
-                uuid,
-                key,
-                partial(
-                    coordinator.job_joined,
-                    key,
-                    cast(JobKind, kind),  # the coordinator refuses any other kind
-                    now,
-                    applied_share=share,
-                    applied_cap_mib=cap,
-                ),
+        left, job.gpus = job.gpus, []
+        for uuid in left:
+            decisions += (
+                self._ask(uuid, key, partial(self._coordinators[uuid].job_left, key, now)) or []
             )
-            if joined is not None:
-                job.gpus.append(uuid)
-                decisions += joined
-        self._drop_idle(gpu_uuids)
+        decisions += self._join_waiting(left)
+        self._drop_idle(left)
         self._handle(decisions)
 
     def on_shim_event(self, key: str, msg: FromShim) -> None:
@@ -134,6 +145,8 @@ class Coordination:
         for uuid in job.gpus:
             left = partial(self._coordinators[uuid].job_left, key, now)
             decisions += self._ask(uuid, key, left) or []
+        if job.kind == "guaranteed":
+            decisions += self._join_waiting(job.gpus)
         self._drop_idle(job.gpus)
         self._handle(decisions)
 
@@ -157,8 +170,11 @@ class Coordination:
             why = f"not taken: GPU {held[0]} has a guaranteed job already"
             log.warning("job kind not changed", job_key=key, kind=kind, gpu=held[0])
         else:
+            was_suspended = job.suspended
             self.job_ended(key)
-            self.job_started(key, kind, gpus)
+            self.job_started(key, kind, job.uuids)
+            if was_suspended:
+                self.suspended(key, True)
             if kind == "guaranteed" and self.shims.is_open(key):
                 self.shims.set_limits(key, share=100, memory_cap_mib=None)
             why = f"{kind}: taken by the coordinators of GPU(s) {', '.join(gpus) or 'none'}"
@@ -172,6 +188,53 @@ class Coordination:
         return [self._coordinators[uuid].state() for uuid in sorted(self._coordinators)]
 
     # ---- coordinators ------------------------------------------------------------------
+
+    def _join(self, key: str, job: _Job) -> list[Decision]:
+        """The job joins the coordinators of its GPUs it has not joined; a guaranteed job
+        none where another guaranteed job is (it takes turns with it: `suspended`)."""
+        share, cap = self._shim_applies(key)
+        now = self.clock()
+        decisions: list[Decision] = []
+        for uuid in job.uuids:
+            coordinator = None if uuid in job.gpus else self._coordinator(uuid)
+            if coordinator is None:
+                continue
+            holder = coordinator.state().guaranteed
+            if job.kind == "guaranteed" and holder is not None and holder != key:
+                log.info(
+                    "guaranteed job waits to be coordinated", job_key=key, gpu=uuid, holder=holder
+                )
+                continue
+            joined = self._ask(
+                uuid,
+                key,
+                partial(
+                    coordinator.job_joined,
+                    key,
+                    cast(JobKind, job.kind),  # the coordinator refuses any other kind
+                    now,
+                    applied_share=share,
+                    applied_cap_mib=cap,
+                ),
+            )
+            if joined is not None:
+                job.gpus.append(uuid)
+                decisions += joined
+        return decisions
+
+    def _join_waiting(self, uuids: Iterable[str]) -> list[Decision]:
+        """Guaranteed jobs that wait on these GPUs (their guaranteed job was suspended or
+        ended) join where they now can."""
+        freed = set(uuids)
+        decisions: list[Decision] = []
+        for key, job in self._jobs.items():
+            if (
+                job.kind == "guaranteed"
+                and not job.suspended
+                and any(u in freed and u not in job.gpus for u in job.uuids)
+            ):
+                decisions += self._join(key, job)
+        return decisions
 
     def _coordinator(self, uuid: str) -> GpuCoordinator | None:
         coordinator = self._coordinators.get(uuid)

@@ -238,6 +238,11 @@ class Link:
             return
         try:
             self._apply_control(controls, command)
+            if self.coordination is not None and isinstance(command, Suspend | Resume):
+                # A suspended guaranteed job gives its GPUs' coordinators up to the job
+                # taking its turn there (time-slicing), until it is resumed.
+                key = job_key(command.job_id, command.attempt)
+                self.coordination.suspended(key, isinstance(command, Suspend))
         except Exception:  # one control gone wrong must not take the link down
             log.exception(
                 "job control failed", job_id=command.job_id, control=type(command).__name__

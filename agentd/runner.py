@@ -324,6 +324,8 @@ class Runner:
         log.info("killing job", job_id=job_id, attempt=attempt, pgid=pgid, grace_s=grace_s)
         if not _signal_group(pgid, signal.SIGTERM):
             return
+        # A job suspended with SIGSTOP (no shim) would hold its SIGTERM until continued.
+        _signal_group(pgid, signal.SIGCONT)
         try:
             await asyncio.wait_for(job.done.wait(), grace_s)
         except TimeoutError:

@@ -64,7 +64,7 @@ class SimulatedUsage:
             case Suspended():
                 pid = self._pid_of.get(key)
                 if pid is not None:
-                    # Suspended: no compute; its memory stays unless it freed its cache.
-                    held = 0 if msg.freed_mib else self.backend.memory_of(pid)
+                    # Suspended: no compute; its memory stays but for the cache it freed.
+                    held = max(self.backend.memory_of(pid) - (msg.freed_mib or 0), 0)
                     self.backend.note_job(job.gpu_uuids, pid, held, 0.0)
                     job.last_step_at.pop(pid, None)

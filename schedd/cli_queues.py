@@ -76,6 +76,14 @@ def explain_text(job: dict[str, Any], report: dict[str, Any]) -> str:
     if job.get("placement"):
         where = job["placement"]
         lines.append(f"placed on {where['node_id']}: {', '.join(where['gpu_uuids'])}")
+    controls = job.get("controls") or {}
+    if job["state"] == "running" and controls.get("suspended"):
+        how = (
+            "time-sliced: another job has its GPUs until its turn comes again"
+            if controls.get("time_sliced")
+            else "asked by a user: it keeps its GPUs until resumed"
+        )
+        lines.append(f"suspended since {job.get('suspended_at', '?')}, {how}")
     lines.append(f"attempt {job['attempt']}, {job.get('attained_gpu_s', 0):g} GPU-seconds so far")
     mine = [q for q in report["queues"] if q["name"] == job["queue"]]
     lines.append("")

@@ -98,9 +98,12 @@ class Executor:
                 case SetKind():
                     await job_controls.set_kind(pool, hub, row, by, action.kind)
                 case Suspend():
-                    await job_controls.suspend(pool, hub, row, by, free=False)
+                    # Time-slicing: another job runs on its GPUs next, so it gives back
+                    # the GPU memory it can (its cache; a job without a shim is stopped
+                    # with SIGSTOP and keeps it), and only the scheduler resumes it.
+                    await job_controls.suspend(pool, hub, row, by, free=True, time_slice=True)
                 case Resume():
-                    await job_controls.resume(pool, hub, row, by)
+                    await job_controls.resume(pool, hub, row, by, time_slice=True)
                 case Migrate():
                     await job_controls.checkpoint(pool, hub, row, by, migrate_to=action.node_id)
                 case Resize():

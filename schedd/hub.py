@@ -89,6 +89,8 @@ class Hub:
         self.wake: Callable[[], None] = lambda: None
         # Likewise, on GPU samples: a GPU's use going down may let an opportunistic job in.
         self.gpus_sampled: Callable[[], None] = lambda: None
+        # And when a job starts: a time-sliced job's turn begins then.
+        self.job_started: Callable[[], None] = lambda: None
         self.links: dict[str, AgentLink] = {}
         # The GPUs' busiest figures over the last `gpu_window_s`, for the snapshot.
         self.gpu_window = GpuWindow(config.gpu_window_s)
@@ -200,6 +202,8 @@ class Hub:
         placed = await jobs.placed(self.pool, link.node_id)
         for upgrade in job_controls.upgrades_for(placed, link.hello.jobs):
             await link.send(upgrade)
+        for control in job_controls.resends_for(placed, link.hello.jobs):
+            await link.send(control)
 
     async def _apply_report(self, link: AgentLink, report: JobReport) -> None:
         if report.status == "running":
@@ -276,6 +280,7 @@ class Hub:
             self.pool, job_id, JobState.RUNNING, "started", attempt=attempt, node_id=link.node_id
         )
         if moved.ok:
+            self.job_started()
             return
         if moved.attempt == attempt and moved.current is JobState.RUNNING:
             return  # a repeated report, e.g. in a reconnect's hello

@@ -47,16 +47,28 @@ async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
         raise ControlRefused(f"cannot {what} job {row['id']}: it is {row['state']}, not running")
 
 
-async def _send(
-    hub: Hub, row: asyncpg.Record, msg: SetLimits | Suspend | Resume | Checkpoint
-) -> None:
+async def _send(hub: Hub, row: asyncpg.Record, msg: SetLimits | Checkpoint) -> None:
     if not await hub.send(row["node_id"], msg):
         raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
 
 
 def controls_of(row: asyncpg.Record) -> dict[str, Any]:
-    """The job's limits as they stand: share, memory cap, whether suspended."""
-    return dict(row["controls"] or {"share": 100, "memory_cap_mib": None, "suspended": False})
+    """The job's limits as they stand: share, memory cap, whether suspended (and then
+    whether its cached GPU memory was to be freed, and whether for time-slicing)."""
+    return {**jobs.DEFAULT_CONTROLS, **(row["controls"] or {})}
+
+
+def time_sliced(row: asyncpg.Record) -> bool:
+    """Suspended by the scheduler so that another job takes its turn on the job's GPUs
+    (Gandiva): it holds none of them until the scheduler resumes it. A job a user
+    suspended keeps its GPUs: its memory is still on them, and it may resume any time."""
+    controls = controls_of(row)
+    return bool(controls["suspended"] and controls.get("time_sliced"))
+
+
+def _connected(hub: Hub, row: asyncpg.Record) -> None:
+    if row["node_id"] not in hub.links:
+        raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
 
 
 async def set_limits(
@@ -118,15 +130,47 @@ def upgrades_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[S
     ]
 
 
-async def suspend(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, free: bool) -> None:
+async def suspend(
+    pool: asyncpg.Pool,
+    hub: Hub,
+    row: asyncpg.Record,
+    by: str,
+    free: bool,
+    time_slice: bool = False,
+) -> None:
+    """Pause the job at its next step boundary; `free`: its cached GPU memory given back.
+    `time_slice`: the scheduler's turn-taking, which gives up the job's GPUs.
+
+    Committed, then sent: a suspend the agent did not get (the link dropped in between,
+    or an agent that restarted, whose shims resume guaranteed jobs) is sent again when
+    the node reconnects (`resends_for`). The store keeps when it began, so that the
+    job's service stops growing and the policy's turns outlive a schedd restart."""
     await _running(pool, row, "suspend")
-    await _send(hub, row, Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free))
-    controls = {**controls_of(row), "suspended": True}
-    await jobs.note(pool, row["id"], row["attempt"], f"suspend asked by {by}", controls=controls)
+    if controls_of(row)["suspended"] and (time_slice or time_sliced(row)):
+        raise ControlRefused(f"job {row['id']} is suspended already{_sliced_words(row)}")
+    _connected(hub, row)
+    patch = {"suspended": True, "free_memory": free, "time_sliced": time_slice}
+    words = f"suspend asked by {by}"
+    if not await jobs.set_suspended(
+        pool, row["id"], row["attempt"], True, patch, words, not_suspended=time_slice
+    ):
+        raise ControlRefused(f"cannot suspend job {row['id']}: it changed meanwhile")
+    msg = Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free)
+    if not await hub.send(row["node_id"], msg):
+        log.warning("suspend not sent: node away, sent when it reconnects", job_id=row["id"])
 
 
-async def resume(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str) -> bool:
-    """A suspended job goes on; a checkpointed one is requeued. True if it was requeued."""
+def _sliced_words(row: asyncpg.Record) -> str:
+    return " (time-sliced: it takes turns on its GPUs)" if time_sliced(row) else ""
+
+
+async def resume(
+    pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, time_slice: bool = False
+) -> bool:
+    """A suspended job goes on; a checkpointed one is requeued. True if it was requeued.
+
+    A time-sliced job is resumed by the scheduler alone (`time_slice`), at its turn: a
+    user's resume would run it beside the job that has its GPUs meanwhile."""
     if row["state"] == JobState.CHECKPOINTED:
         why = f"requeued by {by} to resume from {row['checkpoint_path']}"
         moved = await jobs.transition(
@@ -136,10 +180,42 @@ async def resume(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str) -> 
             raise ControlRefused(f"cannot resume job {row['id']}: {moved.detail}")
         return True
     await _running(pool, row, "resume")
-    await _send(hub, row, Resume(job_id=row["id"], attempt=row["attempt"]))
-    controls = {**controls_of(row), "suspended": False}
-    await jobs.note(pool, row["id"], row["attempt"], f"resume asked by {by}", controls=controls)
+    if time_slice != time_sliced(row):
+        if time_slice:
+            raise ControlRefused(f"job {row['id']} is not suspended for time-slicing")
+        raise ControlRefused(
+            f"job {row['id']} is time-sliced: it takes turns on its GPUs with another job,"
+            " and the scheduler resumes it at its turn"
+        )
+    _connected(hub, row)
+    patch = {"suspended": False, "free_memory": False, "time_sliced": False}
+    words = f"resume asked by {by}"
+    if not await jobs.set_suspended(
+        pool, row["id"], row["attempt"], False, patch, words, sliced=time_slice
+    ):
+        raise ControlRefused(f"cannot resume job {row['id']}: it changed meanwhile")
+    if not await hub.send(row["node_id"], Resume(job_id=row["id"], attempt=row["attempt"])):
+        log.warning("resume not sent: node away, sent when it reconnects", job_id=row["id"])
     return False
+
+
+def resends_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[Suspend | Resume]:
+    """What a reconnecting agent is told again of its running jobs' suspensions: a
+    suspend for each job suspended (an agent that restarted lost its controls, and the
+    shim of a guaranteed job resumes when its agent goes), a resume for each resumed
+    since it started (one lost on its way). The shims take a repeated one as a no-op."""
+    running = {(r.job_id, r.attempt) for r in reports if r.status == "running"}
+    out: list[Suspend | Resume] = []
+    for row in rows:
+        if row["state"] != JobState.RUNNING or (row["id"], row["attempt"]) not in running:
+            continue
+        controls = controls_of(row)
+        if controls["suspended"]:
+            free = bool(controls.get("free_memory"))
+            out.append(Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free))
+        elif row["resumed_s"] is not None:
+            out.append(Resume(job_id=row["id"], attempt=row["attempt"]))
+    return out
 
 
 async def checkpoint(

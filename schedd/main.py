@@ -37,6 +37,7 @@ async def async_main(config: SchedConfig) -> None:
         scheduler = Scheduler(pool, hub, executor, config)
         hub.wake = scheduler.wake
         hub.gpus_sampled = scheduler.gpus_sampled
+        hub.job_started = scheduler.job_started
         # Jobs placed on nodes that never come back after this restart must not hang.
         for node_id in {r["node_id"] for r in await jobs.placed(pool)}:
             hub.start_lost_timer(node_id)

@@ -16,19 +16,31 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from schedd import policy_config
+from schedd import job_controls, policy_config
 from schedd.cached_read import CachedRead
 from schedd.estimator.examples import example
 from schedd.estimator.features import of_row
 from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
 from schedd.executor import Executor
 from schedd.hub import Hub
-from schedd.policy.actions import AdmitDeadline, Launch, Plan, Preempt, Reserve, SetKind, Wait
+from schedd.policy.actions import (
+    Action,
+    AdmitDeadline,
+    Launch,
+    Plan,
+    Preempt,
+    Reserve,
+    Resume,
+    SetKind,
+    Suspend,
+    Wait,
+)
 from schedd.policy.framework import NO_NODES, NO_SHAREABLE_GPU
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
+    SUSPENDED,
     Gpu,
     Node,
     PendingJob,
@@ -103,6 +115,9 @@ class Scheduler:
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self._busy = False  # jobs pending or placed at the last cycle: the tick applies
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
+        # Jobs take turns on GPUs (time-slicing): a job's start begins its turn, which a
+        # plan made while it was only assigned could not time.
+        self._slicing = False
         tasks = hub.supervisor
         self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
@@ -118,6 +133,12 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    def job_started(self) -> None:
+        """A job started: plan again if jobs take turns, so that the new job's turn is
+        timed from its start (a plan's recheck time needs it running)."""
+        if self._slicing:
+            self.wake()
 
     def gpus_sampled(self) -> None:
         """New GPU figures: plan again if an opportunistic job waits for a GPU that
@@ -224,10 +245,12 @@ class Scheduler:
         else:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
-        launched = preempted = deferred = 0
+        launched = preempted = deferred = suspended = resumed = 0
         kinds_changed = False
         reservations: dict[str, Reserve] = {}
         in_flight = self._in_flight
+        placed = {j.job_id: j for j in snapshot.placed}
+        unfreed: set[str] = set()  # GPUs of the plan's suspends that were not carried out
         for action in plan.actions:
             if isinstance(action, Reserve):
                 reservations[action.job_id] = action  # nothing to send: the plan holds it
@@ -236,14 +259,25 @@ class Scheduler:
                 # plan counts them as held: preempting more now would take too many. Their
                 # exits wake the scheduler, which plans again with the GPUs they freed.
                 deferred += 1
+            elif unfreed and not unfreed.isdisjoint(_lands_on(action, placed)):
+                # Its GPUs were to be freed by a suspend just before it (time-slicing),
+                # which did not happen: the job there runs on. The next event plans again.
+                name = type(action).__name__
+                log.info(
+                    "action skipped: its GPUs were not freed", job_id=action.job_id, action=name
+                )
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)
                 kinds_changed |= isinstance(action, SetKind)
+                suspended += isinstance(action, Suspend)
+                resumed += isinstance(action, Resume)
                 if isinstance(action, AdmitDeadline):
                     waiter = self._deadline_waiters.pop(action.job_id, None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(None)
+            elif isinstance(action, Suspend) and action.job_id in placed:
+                unfreed.update(placed[action.job_id].gpu_uuids)
         if deferred:
             _explain_deferred(plan, in_flight)
         full = len(snapshot.pending) == window
@@ -262,6 +296,12 @@ class Scheduler:
             self.wake()  # the window moved on: the jobs behind it may start too
         if kinds_changed:
             self.wake()  # a job's kind decides where it may go: plan with the new one
+        # Jobs that were suspended or resumed are timed from now on: the next plan's
+        # recheck time (the end of the new turns) needs a snapshot that shows them so.
+        turns_changed = bool(suspended or resumed)
+        self._slicing = turns_changed or any(j.state == SUSPENDED for j in snapshot.placed)
+        if turns_changed:
+            self.wake()
         self.cycles += 1
         log.info(
             "scheduling cycle",
@@ -273,6 +313,8 @@ class Scheduler:
             launched=launched,
             preempted=preempted,
             preempt_deferred=deferred,
+            suspended=suspended,
+            resumed=resumed,
             reserved=len(reservations),
             waiting=plan.wait_counts(),
             plan_ms=round((planned - started) * 1000, 2),
@@ -450,16 +492,31 @@ def _estimate(
     return history.get((row["user_name"], row["name"]))
 
 
+def _lands_on(action: Action, placed: dict[str, PlacedJob]) -> tuple[str, ...]:
+    """The GPUs a launch or a resume puts its job on."""
+    if isinstance(action, Launch):
+        return tuple(u for shard in action.shards for u in shard.gpu_uuids)
+    if isinstance(action, Resume) and action.job_id in placed:
+        return placed[action.job_id].gpu_uuids
+    return ()
+
+
 def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJob:
     started = row["started_at"].timestamp() if row["started_at"] else None
-    running_s = max(now - started, 0.0) if started is not None else 0.0
+    paused_at = row["suspended_s"]
+    # Service is the time it ran: its suspensions (time-slicing's or a user's) are not.
+    until = now if paused_at is None else min(paused_at, now)
+    running_s = max(until - started - row["paused_s"], 0.0) if started is not None else 0.0
+    # Suspended for time-slicing: its GPUs are another job's until its turn. A job that a
+    # user suspended keeps them (its memory is still there; it may resume at any time).
+    sliced = row["state"] == JobState.RUNNING and job_controls.time_sliced(row)
     return PlacedJob(
         job_id=row["id"],
         user=row["user_name"],
         queue=row["queue"],
         shards=(Shard(row["node_id"], tuple(row["gpu_uuids"])),),
         request=_request(row),
-        state=row["state"],
+        state=SUSPENDED if sliced else row["state"],
         started_at=started,
         priority=row["priority"],
         kind=row["kind"],
@@ -467,6 +524,7 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
         attained_s=row["attained_gpu_s"] + row["gpus"] * running_s,
         deadline=row["deadline_s"],
         deadline_admitted=row["deadline_admitted"],
+        state_since=paused_at if sliced else row["resumed_s"],
     )
 
 

@@ -7,6 +7,7 @@ attempt the report is about), and appends the event, atomically.
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +34,7 @@ JOB_COLUMNS = (
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
     " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
-    " deadline_admitted, deadline_reason, prefetched_to"
+    " deadline_admitted, deadline_reason, prefetched_to, suspended_at, resumed_at, paused_s"
 )
 # What a snapshot takes of every pending and placed job beyond its request: its
 # deadline and answer, and what the resource estimator predicts from.
@@ -43,6 +44,28 @@ _PLANNING_COLUMNS = (
 )
 # Entering these ends an attempt's run: its GPU time is added up and the run recorded.
 _RUN_ENDS = frozenset({JobState.PENDING, JobState.CHECKPOINTED, *TERMINAL})
+
+# A job's controls before any was asked: full share, no memory cap, not suspended.
+DEFAULT_CONTROLS: dict[str, Any] = {"share": 100, "memory_cap_mib": None, "suspended": False}
+_CONTROLS = f"coalesce(controls, '{json.dumps(DEFAULT_CONTROLS)}'::jsonb)"  # SQL: as they stand
+
+
+def _ran_s(t: str) -> str:
+    """SQL: the seconds the current attempt of the row `t` has run, its suspensions
+    (time-slicing, or a user's) left out: a suspended job attains no service."""
+    return (
+        f"greatest(extract(epoch FROM coalesce({t}.suspended_at, now()) - {t}.started_at)::float8"
+        f" - {t}.paused_s, 0)"
+    )
+
+
+def _finished_run_s(t: str) -> str:
+    """SQL: how long the last attempt of the ended job `t` ran, its suspensions left out
+    (a time-sliced job's wall time is not its run time)."""
+    return (
+        f"(extract(epoch FROM coalesce({t}.suspended_at, {t}.finished_at) - {t}.started_at)"
+        f"::float8 - {t}.paused_s)"
+    )
 
 
 class IdempotencyConflict(Exception):
@@ -170,7 +193,9 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
-        f" {_PLANNING_COLUMNS},"
+        f" {_PLANNING_COLUMNS}, controls, paused_s,"
+        " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
+        " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
         " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
         [s.value for s in HOLDS_RESOURCES],
@@ -189,14 +214,23 @@ async def decayed_usage(
     half-lives ago are left out (they weigh under 1/32 of their size). Every attempt
     counts: `job_runs` holds one row per attempt that ran (a preempted or requeued run
     included), and the attempt running now is read from `jobs`.
+
+    Time a run spent suspended is left out, as if it had come first: the run counts
+    from `start + paused` (a suspended job's from `start + paused` to its suspension).
+    Only when it was paused is approximated, never how long it ran; with turns far
+    shorter than the half-life the difference is small.
     """
     return await pool.fetch(
         """
         WITH runs AS (
-            SELECT queue, user_name, gpus, started_at, ended_at FROM job_runs
+            SELECT queue, user_name, gpus,
+                   started_at + make_interval(secs => paused_s) AS started_at, ended_at
+            FROM job_runs
             WHERE ended_at > now() - make_interval(secs => $1::float8 * $2::float8)
             UNION ALL
-            SELECT queue, user_name, gpus, started_at, now() FROM jobs
+            SELECT queue, user_name, gpus, started_at + make_interval(secs => paused_s),
+                   coalesce(suspended_at, now())
+            FROM jobs
             WHERE state = ANY($3::text[]) AND started_at IS NOT NULL
         ), ages AS (
             -- In half-lives, capped so that power() cannot underflow.
@@ -220,15 +254,15 @@ async def decayed_usage(
 async def service_taken(pool: asyncpg.Pool, last: int = 10_000) -> list[asyncpg.Record]:
     """GPU-seconds of service: of the `last` jobs that ended (`finished` true; any end
     counts, since the policy wants to know when jobs leave), and so far of every job
-    not ended that has run (the attempt running now included), as rows (gpu_s, finished)."""
+    not ended that has run (the attempt running now included, its suspensions not), as
+    rows (gpu_s, finished)."""
     return await pool.fetch(
-        """
+        f"""
         (SELECT attained_gpu_s AS gpu_s, true AS finished FROM jobs
          WHERE finished_at IS NOT NULL ORDER BY finished_at DESC LIMIT $1)
         UNION ALL
         SELECT attained_gpu_s + CASE WHEN state = ANY($2::text[]) AND started_at IS NOT NULL
-                   THEN gpus * greatest(extract(epoch FROM now() - started_at)::float8, 0)
-                   ELSE 0 END,
+                   THEN gpus * {_ran_s("jobs")} ELSE 0 END,
                false
         FROM jobs WHERE NOT (state = ANY($3::text[]))
           AND (attained_gpu_s > 0 OR started_at IS NOT NULL)
@@ -243,14 +277,15 @@ async def mean_runtimes(
     pool: asyncpg.Pool, keys: list[tuple[str, str]], last: int = 20
 ) -> dict[tuple[str, str], float | None]:
     """Per (user, job name): the mean run time of the user's `last` succeeded jobs of that
-    name (their latest attempt, start to end), or None when there are none."""
+    name (their latest attempt, start to end, its suspensions left out), or None when
+    there are none."""
     if not keys:
         return {}
     rows = await pool.fetch(
-        """
+        f"""
         SELECT k.user_name, k.name, (
-            SELECT avg(extract(epoch FROM r.finished_at - r.started_at))::float8 FROM (
-                SELECT j.finished_at, j.started_at FROM jobs j
+            SELECT avg(r.run_s)::float8 FROM (
+                SELECT {_finished_run_s("j")} AS run_s FROM jobs j
                 WHERE j.state = 'succeeded' AND j.user_name = k.user_name AND j.name = k.name
                   AND j.started_at IS NOT NULL
                 ORDER BY j.finished_at DESC LIMIT $3
@@ -321,12 +356,16 @@ async def transition(
     if to is JobState.ASSIGNED:
         if node_id is None:
             raise ValueError("a placement needs its node_id")
-        # A new attempt: a migration's pin is used up, the last attempt's controls gone.
+        # A new attempt: a migration's pin is used up, the last attempt's controls and
+        # suspensions gone.
         assignments += [
             "attempt = j.attempt + 1",
             "node_id = $6",
             "pin_node_id = NULL",
             "controls = NULL",
+            "suspended_at = NULL",
+            "resumed_at = NULL",
+            "paused_s = 0",
         ]
     if to is JobState.PENDING:
         sets = {**sets, "node_id": None, "gpu_uuids": [], "started_at": None}
@@ -336,14 +375,18 @@ async def transition(
         assignments.append("finished_at = now()")
     record_run = ""
     if to in _RUN_ENDS:
-        # The attempt's run ends here (SET sees the row as it was, started_at included).
+        # The attempt's run ends here (SET sees the row as it was, started_at included);
+        # the time it spent suspended is not service.
         assignments.append(
             "attained_gpu_s = j.attained_gpu_s + CASE WHEN j.started_at IS NULL THEN 0"
-            " ELSE j.gpus * greatest(extract(epoch FROM now() - j.started_at)::float8, 0) END"
+            f" ELSE j.gpus * {_ran_s('j')} END"
         )
         record_run = """, run AS (
-            INSERT INTO job_runs (job_id, attempt, queue, user_name, gpus, started_at, ended_at)
-            SELECT old.id, old.attempt, old.queue, old.user_name, old.gpus, old.started_at, now()
+            INSERT INTO job_runs (job_id, attempt, queue, user_name, gpus, started_at, ended_at,
+                                  paused_s)
+            SELECT old.id, old.attempt, old.queue, old.user_name, old.gpus, old.started_at, now(),
+                   old.paused_s
+                   + coalesce(extract(epoch FROM now() - old.suspended_at)::float8, 0)
             FROM old, moved WHERE old.started_at IS NOT NULL
             ON CONFLICT DO NOTHING
         )"""
@@ -353,7 +396,8 @@ async def transition(
     row = await db.fetchrow(
         f"""
         WITH old AS (
-            SELECT id, state, attempt, node_id, started_at, queue, user_name, gpus
+            SELECT id, state, attempt, node_id, started_at, queue, user_name, gpus, paused_s,
+                   suspended_at
             FROM jobs WHERE id = $1 FOR UPDATE
         ), moved AS (
             UPDATE jobs j SET {", ".join(assignments)}
@@ -417,7 +461,10 @@ async def note(
     params: list[Any] = [job_id, attempt, reason, [s.value for s in states or ()]]
     for column, value in sets.items():
         params.append(value)
-        assignments.append(f"{column} = ${len(params)}")
+        if column == "controls":  # merged: a concurrent change of another control stays
+            assignments.append(f"controls = {_CONTROLS} || ${len(params)}::jsonb")
+        else:
+            assignments.append(f"{column} = ${len(params)}")
     row = await pool.fetchrow(
         f"""
         WITH hit AS (
@@ -429,6 +476,54 @@ async def note(
         SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
         """,
         *params,
+    )
+    return row is not None
+
+
+async def set_suspended(
+    pool: asyncpg.Pool,
+    job_id: str,
+    attempt: int,
+    suspended: bool,
+    controls: dict[str, Any],
+    reason: str,
+    *,
+    sliced: bool = False,
+    not_suspended: bool = False,
+) -> bool:
+    """Record a suspend (or a resume) of a running job and its event, in one statement:
+    `controls` merged into the job's, and the suspension's clock: a suspend starts it (a
+    repeated one keeps the first's start), a resume adds it to `paused_s` and is the
+    job's new `resumed_at`. Only if the job is still running at that attempt, is
+    time-sliced or not as `sliced` says, and (with `not_suspended`) is not suspended at
+    all: False otherwise, and nothing changed."""
+    row = await pool.fetchrow(
+        f"""
+        WITH hit AS (
+            UPDATE jobs SET
+                controls = {_CONTROLS} || $4::jsonb,
+                paused_s = paused_s + CASE WHEN NOT $3 AND suspended_at IS NOT NULL
+                    THEN greatest(extract(epoch FROM now() - suspended_at)::float8, 0)
+                    ELSE 0 END,
+                resumed_at = CASE WHEN NOT $3 AND suspended_at IS NOT NULL
+                    THEN now() ELSE resumed_at END,
+                suspended_at = CASE WHEN $3 THEN coalesce(suspended_at, now()) END
+            WHERE id = $1 AND attempt = $2 AND state = 'running'
+              AND (coalesce((controls->>'suspended')::boolean, false)
+                   AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
+              AND NOT ($7 AND suspended_at IS NOT NULL)
+            RETURNING id, state, attempt, node_id
+        )
+        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+        SELECT id, state, state, attempt, node_id, $5 FROM hit RETURNING id
+        """,
+        job_id,
+        attempt,
+        suspended,
+        controls,
+        reason,
+        sliced,
+        not_suspended,
     )
     return row is not None
 
@@ -473,7 +568,7 @@ async def finished_for_estimates(pool: asyncpg.Pool, last: int) -> list[asyncpg.
         "SELECT id, user_name, name, queue, gpus, cpus, memory_mib, spec, attained_gpu_s,"
         " gpu_memory_peak_mib,"
         " gpu_util_samples, gpu_util_sum, gpu_util_sumsq,"
-        " extract(epoch FROM finished_at - started_at)::float8 AS wall_s"
+        f" {_finished_run_s('jobs')} AS wall_s"
         " FROM jobs WHERE state = 'succeeded' ORDER BY finished_at DESC LIMIT $1",
         last,
     )
@@ -524,6 +619,11 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         "controls": row["controls"],
         "checkpoint": row["checkpoint_path"],
     }
+    # Suspended (time-sliced, or by a user): since when; the controls say by whom.
+    if row["suspended_at"] is not None:
+        out["suspended_at"] = _iso(row["suspended_at"])
+    if row["resumed_at"] is not None:
+        out["resumed_at"] = _iso(row["resumed_at"])
     if row["pin_node_id"] is not None:
         out["pinned_to"] = row["pin_node_id"]
     if row["migrate_to"] is not None:

@@ -35,6 +35,7 @@ async def start_schedd(pool: asyncpg.Pool, **config: object) -> AsyncIterator[Sc
     executor = Executor(pool, hub, cfg)
     scheduler = Scheduler(pool, hub, executor, cfg)
     hub.wake = scheduler.wake
+    hub.job_started = scheduler.job_started
     server = TestServer(build_app(Api(pool, hub, scheduler, executor), cfg.max_body_bytes))
     await server.start_server()
     supervisor.spawn(scheduler.run(), name="scheduler")

@@ -336,11 +336,13 @@ async def test_a_coordinator_that_raises_is_logged_and_the_rest_carries_on(
     ]
     assert node.shims.connected("jg.1")
 
-    # Misuse is caught the same way: a second guaranteed job on one GPU is not coordinated.
+    # A second guaranteed job on one GPU (time-slicing's) is not coordinated there while
+    # the first one is: it waits for that one to be suspended or to end.
     await node.start("jg2.1", "guaranteed", [GPU_A])
-    assert recorder.lines[-1][1:] == (
-        "coordinator failed",
-        {"gpu": GPU_A, "job_key": "jg2.1", "call": "job_joined"},
+    assert recorder.lines[-1] == (
+        "info",
+        "guaranteed job waits to be coordinated",
+        {"job_key": "jg2.1", "gpu": GPU_A, "holder": "jg.1"},
     )
     await node.learn(rg)
     assert await ot.receive() == sp.Limits(share=SETTINGS.initial_share, memory_cap_mib=FULL_CAP)
@@ -411,3 +413,48 @@ async def test_an_upgrade_frees_the_job_unless_its_gpu_has_another_guaranteed_jo
     assert node.limits_posted()[-1].job_id == "jn"
     node.coordination.set_kind("jo.1", "guaranteed")  # known already: nothing more said
     assert len(kind_posted(node)) == 2
+
+
+async def test_guaranteed_jobs_taking_turns_on_a_gpu_are_protected_in_turn(node: Node) -> None:
+    """Time-slicing: the suspended guaranteed job leaves the GPU's coordinator to the one
+    whose turn it is, and takes it back when it is resumed in that one's place."""
+    await node.start("jg.1", "guaranteed", [GPU_A])
+    await node.start("jo.1", "opportunistic", [GPU_A])
+    ot = await node.connect("jo.1")
+    assert limits(ot.on_connect) == [sp.Limits(share=0, memory_cap_mib=FULL_CAP)]
+
+    # Suspend jg.1, then launch jg2.1 on its GPU (the order of the plan's actions).
+    node.coordination.suspended("jg.1", True)
+    assert await ot.receive() == sp.Limits(share=100, memory_cap_mib=None)
+    assert node.coordination.states()[0].guaranteed is None
+    await node.start("jg2.1", "guaranteed", [GPU_A])
+    assert node.coordination.states()[0].guaranteed == "jg2.1"
+    assert await ot.receive() == sp.Limits(share=0, memory_cap_mib=FULL_CAP)  # learns anew
+    node.coordination.suspended("jg.1", True)  # a repeated suspend (a reconnect): nothing
+    assert await ot.nothing_pending()
+
+    # The rotation: jg2.1 suspended, then jg.1 resumed.
+    node.coordination.suspended("jg2.1", True)
+    node.coordination.suspended("jg.1", False)
+    assert node.coordination.states()[0].guaranteed == "jg.1"
+
+    # A resumed job that finds another guaranteed job there waits for it, as a job
+    # launched there does (an agent that restarted recovers both as they were launched).
+    node.coordination.suspended("jg2.1", False)
+    assert node.coordination.states()[0].guaranteed == "jg.1"
+    node.coordination.suspended("jg.1", True)
+    assert node.coordination.states()[0].guaranteed == "jg2.1"
+    node.coordination.job_ended("jg2.1")
+    assert node.coordination.states()[0].guaranteed is None  # jg.1 is suspended still
+    node.coordination.suspended("jg.1", False)
+    assert node.coordination.states()[0].guaranteed == "jg.1"
+
+
+async def test_a_guaranteed_job_waiting_on_a_gpu_joins_when_its_holder_ends(node: Node) -> None:
+    await node.start("jg.1", "guaranteed", [GPU_A])
+    await node.start("jg2.1", "guaranteed", [GPU_A, GPU_B])
+    a, b = node.coordination.states()
+    assert (a.guaranteed, b.guaranteed) == ("jg.1", "jg2.1")
+    node.coordination.job_ended("jg.1")
+    (a, b) = node.coordination.states()
+    assert (a.guaranteed, b.guaranteed) == ("jg2.1", "jg2.1")

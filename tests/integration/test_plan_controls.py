@@ -40,7 +40,7 @@ async def test_the_plans_controls_reach_the_agent_in_the_schedulers_name(
     assert (sent.share, sent.memory_cap_mib) == (30, 4096)  # the cap left as it was
 
     assert await execute(Suspend(job_id, "its turn is over"))
-    assert (await agent.expect(p.Suspend)).free_memory is False
+    assert (await agent.expect(p.Suspend)).free_memory is True  # for the job taking its turn
     assert await execute(Resume(job_id, "its turn again"))
     await agent.expect(p.Resume)
 

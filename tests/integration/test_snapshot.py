@@ -242,3 +242,66 @@ async def test_the_snapshot_carries_the_service_jobs_took(pool: asyncpg.Pool) ->
     assert history is not None and history.finished == 40
     assert history.values == (100.0, 300.0)
     assert history.masses == pytest.approx((30 / 42, 12 / 42))
+
+
+async def test_time_suspended_is_not_service(pool: asyncpg.Pool) -> None:
+    """A job that started 100 s ago and was suspended for the last 70 s of them (resumed,
+    then suspended again, just now) has taken 30 s of its 2 GPUs: in the snapshot, in
+    the service history, in its queue's decayed usage, and in its record and run time
+    when it ends."""
+    job_id = await add_job(pool, gpus=2, queue="q")
+    await jobs.transition(pool, job_id, JobState.ASSIGNED, "placed", node_id="n1")
+    await jobs.transition(pool, job_id, JobState.RUNNING, "started", attempt=1)
+    await pool.execute(
+        "UPDATE jobs SET started_at = now() - interval '100 s' WHERE id = $1", job_id
+    )
+    sliced = {"suspended": True, "free_memory": True, "time_sliced": True}
+    assert await jobs.set_suspended(pool, job_id, 1, True, sliced, "suspend")
+    await pool.execute(
+        "UPDATE jobs SET suspended_at = now() - interval '70 s' WHERE id = $1", job_id
+    )
+    resumed = {"suspended": False, "free_memory": False, "time_sliced": False}
+    assert not await jobs.set_suspended(pool, job_id, 1, False, resumed, "by a user")
+    assert await jobs.set_suspended(pool, job_id, 1, False, resumed, "resume", sliced=True)
+    row = await jobs.get(pool, job_id)
+    assert row is not None and row["paused_s"] == pytest.approx(70, abs=1)
+    assert row["suspended_at"] is None and row["resumed_at"] is not None
+    assert await jobs.set_suspended(pool, job_id, 1, True, sliced, "suspend")
+    row = await jobs.get(pool, job_id)
+    assert row is not None
+    # Changes that do not apply to it as it is now change nothing; a repeated suspend
+    # keeps the suspension's start.
+    assert not await jobs.set_suspended(pool, job_id, 1, True, sliced, "x", not_suspended=True)
+    assert await jobs.set_suspended(pool, job_id, 1, True, sliced, "again", sliced=True)
+    assert (await jobs.get(pool, job_id))["suspended_at"] == row["suspended_at"]  # type: ignore[index]
+    assert row["controls"] == {**jobs.DEFAULT_CONTROLS, **sliced}
+
+    rows = await jobs.service_taken(pool)
+    assert [r["gpu_s"] for r in rows] == [pytest.approx(2 * 30, abs=1)]
+    async with start_schedd(pool, usage_half_life_s=HOUR) as schedd:
+        (job,) = await schedd.scheduler.placed_now()
+        usage = await schedd.scheduler.usage()
+    assert (job.state, job.attained_s) == ("suspended", pytest.approx(2 * 30, abs=1))
+    assert job.state_since == pytest.approx(row["suspended_at"].timestamp())
+    # The 30 s it ran count as the 30 s before its suspension.
+    expected = decayed(2, 30 / HOUR, 0)
+    assert usage.users[("q", "alice")] == pytest.approx(expected, rel=0.05)
+
+    await jobs.transition(pool, job_id, JobState.SUCCEEDED, "exit 0", attempt=1)
+    row = await jobs.get(pool, job_id)
+    assert row is not None and row["attained_gpu_s"] == pytest.approx(2 * 30, abs=1)
+    paused = await pool.fetchval("SELECT paused_s FROM job_runs WHERE job_id = $1", job_id)
+    assert paused == pytest.approx(70, abs=1)
+    # Its run time, for estimates from history, is the time it ran.
+    means = await jobs.mean_runtimes(pool, [("alice", "train")])
+    assert means[("alice", "train")] == pytest.approx(30, abs=1)
+    # A new attempt starts with none of it.
+    await pool.execute("UPDATE jobs SET state = 'pending' WHERE id = $1", job_id)
+    await jobs.transition(pool, job_id, JobState.ASSIGNED, "placed", node_id="n1")
+    row = await jobs.get(pool, job_id)
+    assert row is not None and (row["suspended_at"], row["resumed_at"], row["paused_s"]) == (
+        None,
+        None,
+        0,
+    )
+    assert row["controls"] is None

@@ -62,6 +62,9 @@ def test_suspended_without_freeing_keeps_memory_and_stops_compute() -> None:
     assert by_uuid(backend)[uuids[1]] == (100, 2048)
     usage.on_shim_event("j.1", Suspended(step=2, freed_mib=None))
     assert by_uuid(backend)[uuids[1]] == (0, 2048)
+    # Freeing gives back the cache only: what tensors hold stays.
+    usage.on_shim_event("j.1", Suspended(step=2, freed_mib=1536))
+    assert by_uuid(backend)[uuids[1]] == (0, 512)
     usage.on_shim_event("j.1", Suspended(step=2, freed_mib=2048))
     assert by_uuid(backend)[uuids[1]] == (0, 0)
 

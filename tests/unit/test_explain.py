@@ -1,0 +1,35 @@
+"""`schedctl explain`'s words for a suspended job: who suspended it, and what of its GPUs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedd.cli_queues import explain_text
+
+REPORT: dict[str, Any] = {"queues": [], "last_cycle": None}
+
+
+def job(**controls: Any) -> dict[str, Any]:
+    return {
+        "id": "j-1",
+        "name": "train",
+        "user": "alice",
+        "state": "running",
+        "queue": "default",
+        "attempt": 1,
+        "attained_gpu_s": 30.0,
+        "placement": {"node_id": "n1", "gpu_uuids": ["GPU-0"]},
+        "controls": {"share": 100, "memory_cap_mib": None, **controls},
+        "suspended_at": "2026-01-01T00:00:00+00:00",
+    }
+
+
+def test_a_time_sliced_job_is_said_to_wait_for_its_turn() -> None:
+    text = explain_text(job(suspended=True, time_sliced=True), REPORT)
+    assert "suspended since 2026-01-01T00:00:00+00:00, time-sliced: another job" in text
+
+
+def test_a_job_its_user_suspended_keeps_its_gpus() -> None:
+    text = explain_text(job(suspended=True, time_sliced=False), REPORT)
+    assert "asked by a user: it keeps its GPUs" in text
+    assert "suspended" not in explain_text(job(suspended=False), REPORT)
