@@ -15,6 +15,9 @@ from schedd.policy.snapshot import Shard
 
 @dataclass(frozen=True, slots=True)
 class Launch:
+    """Start a pending job on `shards`: its `request.gpus` GPUs, or, for an elastic job,
+    any count in its `gpu_range` (it starts smaller where that is all there is)."""
+
     job_id: str
     shards: tuple[Shard, ...]  # one per node; more than one only where the shell allows
     reason: str
@@ -57,8 +60,11 @@ class Resume:
 
 @dataclass(frozen=True, slots=True)
 class Migrate:
-    """Checkpoint the job and resume it on `node_id` (on GPUs chosen at its relaunch
-    there, not necessarily `gpu_uuids`, where the shell cannot hold them meanwhile)."""
+    """Checkpoint the job and resume it on `node_id`, on `gpu_uuids` (free in the plan's
+    view when decided): it becomes a `migrating` PlacedJob that holds its own GPUs and
+    those (`moving_to`) until it runs there. A shell that cannot keep the very GPUs
+    through the move (the live one requeues the job pinned to the node) may resume it
+    on others of that node."""
 
     job_id: str
     node_id: str
@@ -68,9 +74,17 @@ class Migrate:
 
 @dataclass(frozen=True, slots=True)
 class Resize:
+    """Restart an elastic job from its checkpoint on `gpus` GPUs: `gpu_uuids` on
+    `node_id` where a plan chose them (free in its view, or the job's own), held as a
+    migration's target is (`moving_to`) until it runs there. A shell that cannot keep
+    the very GPUs (the live one requeues the job pinned to the node) may take others
+    of that node."""
+
     job_id: str
     gpus: int
     reason: str
+    node_id: str | None = None
+    gpu_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,15 @@ from schedd.policy.place import share
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PendingJob, Snapshot, holds_gpus
+from schedd.policy.snapshot import (
+    GUARANTEED,
+    OPPORTUNISTIC,
+    PendingJob,
+    Request,
+    Snapshot,
+    holds_gpus,
+    interned,
+)
 from schedd.policy.view import View
 
 OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
@@ -118,11 +126,18 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                 result.waiting[job.job_id] = refused
             continue
         placed = _place(stages, job, view)
+        label = stages.label
+        if not isinstance(placed, Placement) and job.gpu_range is not None:
+            most = job.request.gpus
+            smaller = _place_smaller(stages, job, view)
+            if smaller is not None:
+                job, placed = smaller
+                label = f"{label}; elastic, on {job.request.gpus} of its {most} GPUs"
         if isinstance(placed, Placement):
             view.take(job, placed.shards)
             if converted:
                 result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
-            result.actions.append(Launch(job.job_id, placed.shards, stages.label))
+            result.actions.append(Launch(job.job_id, placed.shards, label))
             continue
         eviction = _make_room(stages, job, view)
         if eviction is not None and eviction.launch_on is not None:
@@ -229,6 +244,23 @@ def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
     if isinstance(placed, NoFit):
         view.memo[key] = placed
     return placed
+
+
+def _place_smaller(
+    stages: Stages, job: PendingJob, view: View
+) -> tuple[PendingJob, Placement] | None:
+    """An elastic job that does not fit whole starts on the most GPUs of its range that
+    fit (Gandiva's grow/shrink: it may grow later), as a job of that count."""
+    assert job.gpu_range is not None
+    least, _ = job.gpu_range
+    r = job.request
+    for gpus in range(r.gpus - 1, max(least, 1) - 1, -1):
+        request = interned(Request(gpus, r.cpus, r.memory_mib, r.gpu_memory_mib, r.node_id))
+        smaller = dataclasses.replace(job, request=request)
+        placed = _place(stages, smaller, view)
+        if isinstance(placed, Placement):
+            return smaller, placed
+    return None
 
 
 def _refused(stages: Stages, job: PendingJob, view: View) -> Wait | None:

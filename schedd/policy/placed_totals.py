@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
+    MIGRATING,
     OPPORTUNISTIC,
     FreeCapacity,
     Node,
     PlacedJob,
     Request,
     Snapshot,
+    held_parts,
     holds_gpus,
-    shard_requests,
 )
 
 UserKey = tuple[str, str]  # (leaf queue, user)
@@ -123,16 +124,23 @@ class PlacedTotals:
 
     def _add(self, i: int, job: PlacedJob, nodes: set[str], users: set[UserKey]) -> None:
         self.members[i] = job
-        parts = shard_requests(job.request, job.shards)
-        for shard, part in zip(job.shards, parts, strict=True):
+        for shard, part in held_parts(job):
             on = self.on_node.setdefault(shard.node_id, {})
             owns = holds_gpus(job)
             shares = job.kind == OPPORTUNISTIC
-            on[i] = _Part(shard.gpu_uuids, part, job.request.gpus, owns, shares)
+            uuids, before = shard.gpu_uuids, on.get(i)
+            if before is not None:  # a move within the node: one part for both
+                uuids = before.gpu_uuids + uuids
+                part = Request(
+                    before.request.gpus + part.gpus,
+                    before.request.cpus + part.cpus,
+                    before.request.memory_mib + part.memory_mib,
+                )
+            on[i] = _Part(uuids, part, job.request.gpus, owns, shares)
             nodes.add(shard.node_id)
         if not holds_gpus(job):
             return  # no share of its queue's, and nothing a guaranteed job waits for
-        if job.stoppable:
+        if job.stoppable or job.state == MIGRATING:  # a move goes on running after it
             key = (job.queue, job.user)
             self.by_user.setdefault(key, {})[i] = job.request
             users.add(key)
@@ -143,8 +151,8 @@ class PlacedTotals:
 
     def _drop(self, i: int, nodes: set[str], users: set[UserKey]) -> None:
         job = self.members.pop(i)
-        for shard in job.shards:
-            del self.on_node[shard.node_id][i]
+        for shard in (*job.shards, *job.moving_to):
+            self.on_node[shard.node_id].pop(i, None)
             nodes.add(shard.node_id)
         key = (job.queue, job.user)
         if not holds_gpus(job):

@@ -11,7 +11,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.anticipate import opportunistic, prefetch
+from schedd.policy.anticipate import (
+    defragment,
+    gather,
+    grow,
+    opportunistic,
+    prefetch,
+    relieve,
+    shrink,
+)
 from schedd.policy.decide import deadlines
 from schedd.policy.decide import timeslice as timeslice_turns
 from schedd.policy.framework import (
@@ -65,6 +73,11 @@ DECIDE_RECHECKS: dict[str, RecheckFn] = {"timeslice": timeslice_turns.recheck_at
 ANTICIPATES: dict[str, AnticipateFn] = {
     "prefetch": prefetch.anticipate,
     "opportunistic": opportunistic.anticipate,
+    "defragment": defragment.anticipate,
+    "gather": gather.anticipate,
+    "relieve": relieve.anticipate,
+    "shrink": shrink.anticipate,
+    "grow": grow.anticipate,
 }
 # For each anticipate plugin, when it could act with no event (Plan.recheck_at).
 ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {
@@ -166,7 +179,7 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
                 raise ProfileError(f"settings.{key}", "expected a list of positive numbers")
             out[key] = tuple(sorted(float(v) for v in value))
             continue
-        if key == "deadline_efficiency" and not (
+        if key in ("deadline_efficiency", "spread_speed") and not (
             isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
         ):
             raise ProfileError(f"settings.{key}", "expected a number above 0, at most 1")
@@ -239,9 +252,17 @@ BUILTIN: dict[str, ProfileSpec] = {
     ),
     # Gandiva: submission order (jobs that do not fit are passed over), affinity-aware
     # placement, and a job that finds no free GPUs time-slices with a running job of
-    # its GPU count: they take turns by suspend/resume (weighted round-robin).
+    # its GPU count: they take turns by suspend/resume (weighted round-robin); running
+    # jobs migrate to make room on one node for a waiting job, to GPUs that came free
+    # so that a time-sliced pair runs at once, or to bring a job spread over nodes onto
+    # one; elastic jobs shrink to make room and grow into idle GPUs; each where the move
+    # is worth its cost.
     "gandiva": ProfileSpec(
-        order="fifo", place="topology", make_room=("timeslice",), decide=("timeslice",)
+        order="fifo",
+        place="topology",
+        make_room=("timeslice",),
+        decide=("timeslice",),
+        anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
     ),
     # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
     # (least slack first, preempting jobs without a guarantee after a 20-minute lease),

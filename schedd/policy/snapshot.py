@@ -22,6 +22,11 @@ OPPORTUNISTIC = "opportunistic"
 # node's CPUs and memory and the GPUs it resumes on (`shards`), but holds no GPU and no
 # share of its queue's until a `Resume`; another job runs on those GPUs meanwhile.
 SUSPENDED = "suspended"
+# A job moving to other GPUs (Gandiva's migration), or to another GPU count (its grow or
+# shrink): it saves a checkpoint and exits where it runs, then resumes on
+# `PlacedJob.moving_to`. It holds both sets of GPUs meanwhile (the target's from the
+# plan that decided the move), and cannot be stopped or moved.
+MIGRATING = "migrating"
 
 
 def holds_gpus(job: PendingJob | PlacedJob) -> bool:
@@ -123,6 +128,9 @@ class PendingJob:
     # guaranteed job opportunistic while it waits, and considers it for its guarantee
     # first, every cycle).
     spec_kind: str = GUARANTEED
+    # An elastic job (Gandiva's grow/shrink) may run on any GPU count in this range
+    # (`request.gpus` is the most); None: exactly `request.gpus`.
+    gpu_range: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +169,13 @@ class PlacedJob:
     # When it entered its state: resumed or started (running), or was paused
     # (suspended); None: at `started_at`. Time-slicing reads how long each has had.
     state_since: float | None = None
+    # Where a migrating job goes: GPUs it holds already, beside its own `shards`.
+    moving_to: tuple[Shard, ...] = ()
+    # Whether it can save a checkpoint on request (live: its shim is there), which a
+    # move needs; a job without one is never migrated.
+    checkpointable: bool = True
+    # An elastic job's GPU counts (least, most); `request.gpus` is what it runs on now.
+    gpu_range: tuple[int, int] | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -231,6 +246,24 @@ def shard_requests(job_request: Request, shards: tuple[Shard, ...]) -> list[Requ
     ]
 
 
+def held_parts(job: PlacedJob) -> list[tuple[Shard, Request]]:
+    """What the job holds on each node: its shards, and a moving job's target too (on a
+    node where it runs already, only the GPUs it does not hold yet: a grow in place)."""
+    parts = list(zip(job.shards, shard_requests(job.request, job.shards), strict=True))
+    if not job.moving_to:
+        return parts
+    own = {s.node_id: frozenset(s.gpu_uuids) for s in job.shards}
+    for shard, part in zip(job.moving_to, shard_requests(job.request, job.moving_to), strict=True):
+        here = own.get(shard.node_id)
+        if here is None:
+            parts.append((shard, part))
+            continue
+        extra = tuple(u for u in shard.gpu_uuids if u not in here)
+        if extra:
+            parts.append((Shard(shard.node_id, extra), Request(len(extra), 0.0, 0)))
+    return parts
+
+
 def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     """Each connected node's capacity less what placed jobs hold on it (an opportunistic
     or suspended job its CPUs and memory, not its GPUs)."""
@@ -238,7 +271,7 @@ def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     used_cpus: dict[str, float] = {}
     used_mem: dict[str, int] = {}
     for job in snapshot.placed:
-        for shard, part in zip(job.shards, shard_requests(job.request, job.shards), strict=True):
+        for shard, part in held_parts(job):
             if holds_gpus(job):
                 used_gpus.update(shard.gpu_uuids)
             used_cpus[shard.node_id] = used_cpus.get(shard.node_id, 0.0) + part.cpus

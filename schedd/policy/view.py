@@ -229,6 +229,17 @@ class View:
         self._count(job.queue, job.user, job.request.resources(), +1)
         self.launched.append((job.shards, self.now + self.remaining(job)))
 
+    def claim(self, job: PlacedJob, shards: tuple[Shard, ...]) -> None:
+        """A running job's move to `shards` (free in this plan): it takes them now and
+        keeps its own until it runs there, still one job of its queue's."""
+        self.generation += 1
+        self.stopping.add(job.job_id)  # moving: no victim, nor moved again, this cycle
+        for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
+            cap = self.writable(shard.node_id)
+            del self.by_free[len(cap.free_gpus)][shard.node_id]
+            cap.take(shard.gpu_uuids, part)
+            self.by_free[len(cap.free_gpus)][shard.node_id] = None
+
     def _count(self, queue: str, user: str, r: Resources, sign: int) -> None:
         for q in lineage(queue):
             held = self.allocated.get(q, NOTHING)

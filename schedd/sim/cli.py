@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a further factor for a job whose nodes span racks (--rack-size; default 1.0)",
     )
     locality.add_argument("--no-locality", action="store_true", help="no slowdown at all")
-    costs = parser.add_argument_group("preemption and suspension")
+    costs = parser.add_argument_group("preemption, suspension and migration")
     costs.add_argument(
         "--preempt-overhead",
         type=_seconds,
@@ -130,6 +130,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="S",
         help="a resumed job makes no progress for S seconds after each resume (default 0)",
+    )
+    costs.add_argument(
+        "--migrate-overhead",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="a migration takes S seconds end to end, without progress, the job holding"
+        " its GPUs and the target's meanwhile (default 30, an assumption)",
     )
     costs.add_argument(
         "--checkpoint-interval",
@@ -230,6 +238,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     options = SimOptions(
         preempt_overhead_s=args.preempt_overhead,
         suspend_overhead_s=args.suspend_overhead,
+        migrate_overhead_s=args.migrate_overhead,
         checkpoint_interval_s=args.checkpoint_interval,
         half_life_s=args.half_life,
         queues=queues,
@@ -269,6 +278,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "cross_rack_speed": args.cross_rack_speed,
                 "preempt_overhead_s": args.preempt_overhead,
                 "suspend_overhead_s": args.suspend_overhead,
+                "migrate_overhead_s": args.migrate_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,
                 "gpu_util_pct": [low, high],

@@ -1,13 +1,14 @@
 """The event-driven replay: a virtual clock, simulated nodes, and the profile's own `plan`.
 
-At each instant (an arrival, a completion, the end of a preemption, or the profile's
-periodic tick while jobs are pending or running, or the time the last plan said it
-could come out otherwise: `Plan.recheck_at`) the engine takes every event due then,
+At each instant (an arrival, a completion, the end of a preemption or of a move, or the
+profile's periodic tick while jobs are pending or running, or the time the last plan said
+it could come out otherwise: `Plan.recheck_at`) the engine takes every event due then,
 builds a Snapshot exactly as the live scheduler would (the oldest `pending_window`
-pending jobs in submission order), calls `plan`, and applies the Plan. A plan that
-preempted, stopped, suspended or resumed something, or launched from a full pending
-window, is followed by another at the same instant, until one changes nothing (at most
-`max_rounds`).
+pending jobs in submission order), calls `plan`, and applies the Plan. A plan whose
+changes its own view did not show (GPUs freed by a stop or a preemption, a kind
+changed), or that launched from a full pending window, is followed by another at the
+same instant, until one changes nothing (at most `max_rounds`). Gandiva's job controls
+(Suspend, Resume, Migrate) are applied by controls.py.
 
 Views handed to the policy are kept between instants and rebuilt only where something
 in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
@@ -27,6 +28,7 @@ from schedd.policy import Profile
 from schedd.policy.actions import (
     AdmitDeadline,
     Launch,
+    Migrate,
     Plan,
     Preempt,
     Reserve,
@@ -39,16 +41,19 @@ from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
+    Node,
     PendingJob,
     PlacedJob,
     Request,
     Snapshot,
 )
+from schedd.sim import controls
 from schedd.sim.cluster import build_nodes
 from schedd.sim.estimates import Estimates
 from schedd.sim.jobs import (
     CANCELLED,
     FINISHED,
+    MIGRATING,
     PENDING,
     PREEMPTING,
     RUNNING,
@@ -65,9 +70,10 @@ from schedd.sim.traces import Trace
 from schedd.sim.usage import DAY_S, UsageBook
 
 _FINISH = 0
-_PREEMPT_END = 1
+_PREEMPT_END = 1  # then controls.MIGRATE_END = 2: the order of events at one instant
 # (time, kind, seq, job seq, token): the job's `timing` for a completion, its `attempt`
-# for the end of a preemption; an event whose token is no longer the job's is ignored.
+# for the end of a preemption or a move; an event whose token is no longer the job's is
+# ignored.
 Event = tuple[float, int, int, int, int]
 
 
@@ -83,6 +89,9 @@ class SimOptions:
     queues: tuple[QueueSpec, ...] = ()
     max_rounds: int = 64  # plans at one instant, at most
     suspend_overhead_s: float = 0.0  # a resumed job makes no progress this long
+    # How long a move takes end to end (checkpoint, copy, restore), without progress,
+    # both GPU sets held: an assumption (Gandiva's moves took seconds to under a minute).
+    migrate_overhead_s: float = 30.0
     sharing: SharingModel = field(default_factory=SharingModel)
 
 
@@ -100,6 +109,7 @@ class Simulation:
         self.locality = locality or LocalityModel()
         self.nodes = build_nodes(shape)
         self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
+        self._node = {n.node_id: n for n in self.nodes}
         requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
         sharing = self.options.sharing
         self.jobs = [
@@ -200,8 +210,12 @@ class Simulation:
             if kind == _FINISH:
                 if job.timing == token:  # not stopped nor sped up or slowed since
                     self._finish(job, now)
-            elif job.attempt == token:
+            elif job.attempt != token:
+                continue
+            elif kind == _PREEMPT_END:
                 self._end_preemption(job, now)
+            else:
+                controls.end_migration(self, job, now)
 
     def _take_arrivals(self, now: float) -> None:
         jobs = self.jobs
@@ -234,8 +248,11 @@ class Simulation:
         if len(snapshot.pending) >= self.profile.pending_window:
             return True
         # Deadline answers were already in this plan's view, and so were the GPUs its
-        # suspensions freed (a policy's view frees them at once, unlike a preemption's).
-        settled = Launch | Reserve | AdmitDeadline | Suspend | Resume
+        # suspensions freed (a policy's view frees them at once, unlike a preemption's)
+        # and its moves took; a move frees its GPUs at its end, an event (at once: new).
+        settled: tuple[type, ...] = (Launch, Reserve, AdmitDeadline, Suspend, Resume)
+        if self.options.migrate_overhead_s > 0:
+            settled = (*settled, Migrate)
         return any(not isinstance(a, settled) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
@@ -309,8 +326,8 @@ class Simulation:
         Without checkpoints modelled, `checkpointed_at` is None, as the live scheduler
         says it (the policy then counts the work since the start as at risk), although
         the simulated preemption loses nothing. With them, a run segment starts from a
-        saved state (a suspension's is counted as saved), and a suspended job's is its
-        suspension."""
+        saved state (a suspension's is counted as saved), and a suspended or migrating
+        job's is its suspension or the start of its move."""
         started = job.started_at
         assert started is not None
         checkpoint, as_of = None, None
@@ -318,7 +335,7 @@ class Simulation:
             as_of = started
             if every is not None:
                 checkpoint = started + math.floor((now - started) / every) * every
-        elif job.state == SUSPENDED and every is not None:
+        elif job.state in (SUSPENDED, MIGRATING) and every is not None:
             checkpoint = job.placed_fields["state_since"]
         view = PlacedJob(
             **job.placed_fields,
@@ -335,8 +352,9 @@ class Simulation:
     # ---- applying a plan -------------------------------------------------------------
 
     def _apply(self, plan: Plan, now: float) -> bool:
-        """Apply stops, preemptions and suspensions first (they free GPUs), then resumes,
-        then launches; True when anything changed."""
+        """Apply stops, preemptions, suspensions and migrations first (they free GPUs,
+        or take the ones their plan saw free), then resumes, then launches; True when
+        anything changed."""
         changed = False
         resumes: list[Resume] = []
         launches: list[Launch] = []
@@ -350,7 +368,9 @@ class Simulation:
             elif isinstance(action, Stop):
                 changed |= self._stop(action, now)
             elif isinstance(action, Suspend):
-                changed |= self._suspend(action, now)
+                changed |= controls.suspend(self, action, now)
+            elif isinstance(action, Migrate):
+                changed |= controls.migrate(self, action, now)
             elif isinstance(action, Reserve):
                 self.ledger.actions["Reserve"] += 1
             elif isinstance(action, AdmitDeadline):
@@ -360,7 +380,7 @@ class Simulation:
             else:
                 self.ledger.unsupported[type(action).__name__] += 1
         for resume in resumes:
-            changed |= self._resume(resume, now)
+            changed |= controls.resume(self, resume, now)
         for launch in launches:
             changed |= self._launch(launch, now)
         return changed
@@ -368,8 +388,14 @@ class Simulation:
     def _job(self, job_id: str, action: str) -> SimJob:
         job = self.by_id.get(job_id)
         if job is None:
-            raise SimError(f"policy {self.profile.name}: {action} of unknown job {job_id!r}")
+            raise self.policy_error(f"{action} of unknown job {job_id!r}")
         return job
+
+    def policy_error(self, message: str) -> SimError:
+        return SimError(f"policy {self.profile.name}: {message}")
+
+    def node(self, node_id: str) -> Node | None:
+        return self._node.get(node_id)
 
     def _launch(self, launch: Launch, now: float) -> bool:
         job = self._job(launch.job_id, "Launch")
@@ -416,15 +442,17 @@ class Simulation:
 
     def _gpus_free(self, job: SimJob, uuids: tuple[str, ...] | list[str], verb: str) -> bool:
         """Whether `job` may take `uuids` as their holder of its kind: False (refused and
-        counted) where a preemption still frees one; a SimError where another job holds
-        one (the policy gave a GPU twice)."""
+        counted) where a preemption or a move away still frees one; a SimError where
+        another job holds one (the policy gave a GPU twice)."""
         holders = self._holders(job.kind)
         for uuid in uuids:
             holder = holders.get(uuid)
             if holder is None:
                 continue
-            if holder.state == PREEMPTING:
-                # Room made by a preemption still under way: the GPUs free up later.
+            if holder.state == PREEMPTING or (
+                holder.state == MIGRATING and all(uuid not in s.gpu_uuids for s in holder.moving_to)
+            ):
+                # Room made by a preemption or a move still under way: free later.
                 self.ledger.refused[f"{verb} on GPUs still being freed"] += 1
                 return False
             raise SimError(
@@ -490,68 +518,12 @@ class Simulation:
         elif job.state == SUSPENDED:
             self._release(job, now)
             self._end(job, CANCELLED, now)
-        elif job.state == PREEMPTING and not job.cancel_when_freed:
+        elif job.state in (PREEMPTING, MIGRATING) and not job.cancel_when_freed:
             job.cancel_when_freed = True
         else:
             self.ledger.refused[f"stop of a {job.state} job"] += 1
             return False
         self.ledger.actions["Stop"] += 1
-        return True
-
-    def _suspend(self, suspend: Suspend, now: float) -> bool:
-        """Pause a running job (time-slicing): its progress up to now is kept, whatever
-        the checkpoint model (the shim suspends at a mini-batch boundary, its state kept
-        in memory); its GPUs are free for others and it is charged no usage until it
-        resumes; it keeps its shards, the GPUs it resumes on."""
-        job = self._job(suspend.job_id, "Suspend")
-        if job.state != RUNNING:
-            self.ledger.refused[f"suspend of a {job.state} job"] += 1
-            return False
-        assert job.started_at is not None and job.progress_at is not None
-        # Before a resume's overhead is over, `progress_at` is still ahead: nothing done.
-        done = max(0.0, now - job.progress_at) * job.speed
-        job.remaining_s = max(0.0, job.remaining_s - done)
-        job.progress_at = None
-        ran = now - job.started_at
-        job.attained_gpu_s += job.spec.gpus * ran
-        job.run_time_s += ran
-        job.timing += 1  # its completion event is void now
-        job.state = SUSPENDED  # before its GPUs change: not timed again as one that stays
-        uuids = self._uuids(job)
-        with self.gpus_change(uuids, now):
-            holders = self._holders(job.kind)
-            for uuid in uuids:
-                del holders[uuid]
-        self.ledger.release(job, now)
-        job.held_since = None
-        self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
-        job.suspensions += 1
-        job.placed_fields = {**job.placed_fields, "state": SUSPENDED, "state_since": now}
-        job.placed_view = None
-        self._placed_view = None
-        self.ledger.actions["Suspend"] += 1
-        return True
-
-    def _resume(self, resume: Resume, now: float) -> bool:
-        """A suspended job takes its own GPUs back and goes on at its speed there, after
-        `suspend_overhead_s` without progress. The resume starts a new run segment: its
-        service, run time and checkpoints count from now, as from a launch (but it is
-        neither a new start nor a preemption)."""
-        job = self._job(resume.job_id, "Resume")
-        if job.state != SUSPENDED:
-            self.ledger.refused[f"resume of a {job.state} job"] += 1
-            return False
-        if not self._gpus_free(job, self._uuids(job), "resume"):
-            return False
-        job.state = RUNNING
-        job.started_at = job.held_since = now
-        job.progress_at = now + self.options.suspend_overhead_s
-        job.remaining_at_start = job.remaining_s
-        job.checkpoint_remaining = None
-        job.placed_fields = {**job.placed_fields, "state": RUNNING, "state_since": now}
-        job.placed_view = None
-        self._hold(job, now)
-        self.ledger.actions["Resume"] += 1
         return True
 
     # ---- state changes -------------------------------------------------------------
@@ -588,7 +560,7 @@ class Simulation:
         self.usage.change(job.spec.queue, job.spec.user, job.spec.gpus, now)
 
     def _release(self, job: SimJob, now: float) -> None:
-        """The job gives up what it holds, for good."""
+        """The job gives up what it holds, for good (a migrating job both GPU sets)."""
         if job.state == SUSPENDED:
             job.shards = ()  # its GPUs, their ledger and its usage went at the suspension
         else:
@@ -597,9 +569,9 @@ class Simulation:
                 holders = self._holders(job.kind)
                 for uuid in uuids:
                     del holders[uuid]
-                job.shards = ()
+                job.shards, job.moving_to = (), ()
             self.ledger.release(job, now)
-            if job.state == RUNNING:
+            if job.state in (RUNNING, MIGRATING):  # a preempted job's usage already ended
                 self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
         del self.holding[job.seq]
         self._placed_view = None
@@ -676,7 +648,11 @@ class Simulation:
 
     @staticmethod
     def _uuids(job: SimJob) -> list[str]:
-        return [u for s in job.shards for u in s.gpu_uuids]
+        """The GPUs the job holds (or, suspended, resumes on): a migrating job's both sets."""
+        uuids = [u for s in job.shards for u in s.gpu_uuids]
+        if job.moving_to:
+            uuids += [u for s in job.moving_to for u in s.gpu_uuids]
+        return uuids
 
     @contextmanager
     def gpus_change(self, uuids: list[str], now: float) -> Iterator[None]:
@@ -700,14 +676,25 @@ class Simulation:
         return {j for u in uuids for j in (self.gpu_owner.get(u), self.gpu_sharer.get(u)) if j}
 
     def _busy(self, uuids: set[str]) -> float:
+        """The GPUs' compute utilisation summed, in percent; a migrating job uses none."""
         total = 0.0
         for uuid in uuids:
-            owner, sharer = self.gpu_owner.get(uuid), self.gpu_sharer.get(uuid)
+            owner, sharer = self._computing(uuid)
             pct = float(owner.utilization_pct) if owner is not None else 0.0
             if sharer is not None:
                 pct += sharer.utilization_pct * sharer.share_speed
             total += min(pct, 100.0)
         return total
+
+    def _computing(self, uuid: str) -> tuple[SimJob | None, SimJob | None]:
+        """The GPU's guaranteed and opportunistic holders, but for one that is moving
+        (it runs nothing meanwhile: nobody is slowed by it)."""
+        owner, sharer = self.gpu_owner.get(uuid), self.gpu_sharer.get(uuid)
+        if owner is not None and owner.state == MIGRATING:
+            owner = None
+        if sharer is not None and sharer.state == MIGRATING:
+            sharer = None
+        return owner, sharer
 
     def _retime(self, job: SimJob, now: float) -> None:
         """Bring the job's remaining work up to now at its old speed, and plan its
@@ -727,10 +714,12 @@ class Simulation:
         model = self.options.sharing
         uuids = self._uuids(job)
         if job.kind == OPPORTUNISTIC:
-            owners = [o.utilization_pct for u in uuids if (o := self.gpu_owner.get(u))]
+            owners = [o.utilization_pct for u in uuids if (o := self._computing(u)[0])]
             job.share_speed = model.opportunistic_speed(max(owners) if owners else None)
         else:
-            job.share_speed = model.guaranteed_speed(any(u in self.gpu_sharer for u in uuids))
+            sharers = (self.gpu_sharer.get(u) for u in uuids)
+            shared = any(o is not None and o.state != MIGRATING for o in sharers)
+            job.share_speed = model.guaranteed_speed(shared)
         job.speed = job.locality_speed * job.share_speed
         job.timing += 1
         if job.speed > 0:

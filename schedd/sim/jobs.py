@@ -4,12 +4,19 @@ future -> pending -> running -> finished
                       running -> preempting -> pending   (Preempt with an overhead)
                       running -> pending                 (Preempt without one)
                       running -> suspended -> running    (Suspend, then Resume: time-slicing)
+                      running -> migrating -> running    (Migrate: to other GPUs after a while)
 pending / running / suspended -> cancelled               (Stop, or Preempt without requeue)
+                      migrating -> cancelled             (Stop: when the move is over)
 
 A suspended job keeps its shards (the GPUs it resumes on) and its place among the jobs
 that hold resources, but holds no GPU, makes no progress and is charged no usage; it
 loses no work. Each Resume starts a new run segment: `started_at`, the checkpoint clock
 and `remaining_at_start` count from it, as they do from a launch.
+
+A migrating job holds both its own GPUs (`shards`) and those it moves to (`moving_to`),
+makes no progress, keeps no GPU busy and is charged usage as one job of its GPUs; when
+the move is over it runs on `moving_to` from the work saved at the decision, a new run
+segment as after a resume.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard
-from schedd.policy.snapshot import SUSPENDED as SUSPENDED  # the PlacedJob state's word
+from schedd.policy.snapshot import MIGRATING as MIGRATING  # the PlacedJob states' words
+from schedd.policy.snapshot import SUSPENDED as SUSPENDED
 from schedd.sim.traces import TraceJob
 
 FUTURE = "future"
@@ -36,7 +44,8 @@ class SimJob:
     request: Request
     remaining_s: float  # work left, in seconds at full speed
     state: str = FUTURE
-    attempt: int = 0  # grows at every start and every preemption: stale events are ignored
+    # Grows at every start, preemption and migration: stale events are ignored.
+    attempt: int = 0
     started_at: float | None = None  # start of the current run segment (launch or resume)
     held_since: float | None = None  # when it took the GPUs it holds now (None: holds none)
     first_started_at: float | None = None
@@ -58,9 +67,11 @@ class SimJob:
     kind: str = GUARANTEED
     utilization_pct: int = 100  # of its GPUs, assumed (sharing.py)
     shards: tuple[Shard, ...] = ()
+    moving_to: tuple[Shard, ...] = ()  # a migrating job's target, held beside `shards`
     preemptions: int = 0
     suspensions: int = 0
-    cancel_when_freed: bool = False  # stopped while its preemption was under way
+    migrations: int = 0
+    cancel_when_freed: bool = False  # stopped while its preemption or move was under way
     deadline_admitted: bool | None = None  # the policy's AdmitDeadline, if any
     # Views handed to the policy, rebuilt only when something in them changed.
     pending_view: PendingJob | None = None

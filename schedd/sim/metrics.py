@@ -118,6 +118,7 @@ class Summary:
     jct_best_effort_avg_s: float  # over finished jobs with no deadline
     preemptions: int
     suspensions: int
+    migrations: int
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
     unsupported_actions: dict[str, int]
@@ -200,6 +201,7 @@ def summarize(result: SimResult) -> Summary:
         ),
         preemptions=sum(j.preemptions for j in jobs),
         suspensions=sum(j.suspensions for j in jobs),
+        migrations=sum(j.migrations for j in jobs),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),
         unsupported_actions=dict(ledger.unsupported),

@@ -23,6 +23,7 @@ class JobOutcome:
     deadline_s: float | None
     preemptions: int
     suspensions: int
+    migrations: int
 
     @property
     def jct_s(self) -> float | None:
@@ -46,6 +47,7 @@ def outcome_of(job: SimJob) -> JobOutcome:
         deadline_s=spec.deadline_s,
         preemptions=job.preemptions,
         suspensions=job.suspensions,
+        migrations=job.migrations,
     )
 
 

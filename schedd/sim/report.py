@@ -69,6 +69,10 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         headers.append("suspensions")
         for row, s in zip(rows, summaries, strict=True):
             row.append(f"{s.suspensions:,}")
+    if any(s.migrations for s in summaries):  # only profiles that migrate
+        headers.append("migrations")
+        for row, s in zip(rows, summaries, strict=True):
+            row.append(f"{s.migrations:,}")
     if any(s.deadline_jobs for s in summaries):
         headers.append(f"best-effort avg JCT ({unit})")
         for row, s in zip(rows, summaries, strict=True):

@@ -6,7 +6,16 @@ import dataclasses
 from typing import Any
 
 from schedd.policy import build
-from schedd.policy.actions import Launch, Plan, Preempt, Resume, SetKind, Suspend
+from schedd.policy.actions import (
+    Launch,
+    Migrate,
+    Plan,
+    Preempt,
+    Resize,
+    Resume,
+    SetKind,
+    Suspend,
+)
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
@@ -154,6 +163,7 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     snapshot allows more), every pending job either launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
+    ranges = {j.job_id: j.gpu_range for j in snap.pending}
     kinds = {j.job_id: j.kind for j in (*snap.pending, *snap.placed)}
     kinds.update({a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)})
     placed_by_id = {j.job_id: j for j in snap.placed}
@@ -167,13 +177,33 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         for u in j.gpu_uuids
         if (holds_gpus(j) and j.job_id not in paused) or j.job_id in resumed
     ]
+    used += [
+        u for j in snap.placed for s in j.moving_to for u in s.gpu_uuids if u not in j.gpu_uuids
+    ]
+    for move in (a for a in plan.actions if isinstance(a, Migrate)):
+        mover = placed_by_id[move.job_id]
+        assert mover.state == "running" and move.job_id not in paused, "a move of a job not running"
+        assert len(move.gpu_uuids) == mover.request.gpus
+        assert set(move.gpu_uuids) <= {g.uuid for g in by_node[move.node_id].gpus}
+        used.extend(move.gpu_uuids)  # held from now, beside its own until it runs there
+    for resize in (a for a in plan.actions if isinstance(a, Resize)):
+        job = placed_by_id[resize.job_id]
+        assert job.state == "running" and job.gpu_range is not None, "a resize of what may not"
+        assert job.gpu_range[0] <= resize.gpus == len(resize.gpu_uuids) <= job.gpu_range[1]
+        assert set(resize.gpu_uuids) <= {g.uuid for g in by_node[resize.node_id].gpus}
+        used.extend(u for u in resize.gpu_uuids if u not in job.gpu_uuids)  # a grow's new ones
     shared = [u for j in snap.placed for u in j.gpu_uuids if j.kind == OPPORTUNISTIC]
     cpus = dict.fromkeys(by_node, 0.0)
     mem = dict.fromkeys(by_node, 0)
     holders = [(j.shards, j.request) for j in snap.placed]
+    holders += [(j.moving_to, j.request) for j in snap.placed if j.moving_to]
+    for move in (a for a in plan.actions if isinstance(a, Migrate)):
+        target = (Shard(move.node_id, move.gpu_uuids),)
+        holders.append((target, placed_by_id[move.job_id].request))
     for launch in launches(plan).values():
         request = requests[launch.job_id]
-        assert len(launch.gpu_uuids) == request.gpus
+        least, most = ranges.get(launch.job_id) or (request.gpus, request.gpus)
+        assert least <= len(launch.gpu_uuids) <= most
         assert snap.multi_node or len(launch.shards) == 1
         for shard in launch.shards:
             assert shard.node_id in by_node

@@ -13,7 +13,9 @@ from schedd.policy.profiles import BUILTIN
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
+    MIGRATING,
     OPPORTUNISTIC,
+    SUSPENDED,
     FreeCapacity,
     Node,
     PlacedJob,
@@ -35,16 +37,18 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
     sizes: dict[str, dict[int, int]] = {}
     shared: dict[str, frozenset[str]] = {}
     for job in jobs:
-        if not holds_gpus(job):
+        if job.kind == OPPORTUNISTIC:
             for shard in job.shards:
                 shared[shard.node_id] = shared.get(shard.node_id, frozenset()) | set(
                     shard.gpu_uuids
                 )
-            continue
-        for shard in job.shards:
-            on = sizes.setdefault(shard.node_id, {})
+        if not holds_gpus(job):
+            continue  # opportunistic or suspended: no GPU of its own
+        # A migrating job holds its target's GPUs too; one size per node it is on.
+        for node_id in {s.node_id for s in (*job.shards, *job.moving_to)}:
+            on = sizes.setdefault(node_id, {})
             on[job.request.gpus] = on.get(job.request.gpus, 0) + 1
-        if job.stoppable:
+        if job.stoppable or job.state == MIGRATING:
             key = (job.queue, job.user)
             held[key] = held.get(key, Resources()) + job.request.resources()
     capacity = free_capacity(Snapshot(nodes, jobs, ()))
@@ -54,7 +58,9 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
         },
         "held": held,
         "sizes": sizes,
-        "leaving": {j.job_id for j in jobs if not j.stoppable and holds_gpus(j)},
+        "leaving": {
+            j.job_id for j in jobs if not j.stoppable and holds_gpus(j) and j.state != MIGRATING
+        },
         "shared": {n: gpus for n, gpus in shared.items() if n in {x.node_id for x in nodes}},
     }
 
@@ -72,6 +78,10 @@ def kept(totals: PlacedTotals) -> dict[str, object]:
     }
 
 
+def _targets(job: PlacedJob) -> tuple[str, ...]:
+    return tuple(u for s in job.moving_to for u in s.gpu_uuids)
+
+
 def two_node_job(job_id: str, user: str) -> PlacedJob:
     """A gang across n0 and n1 (GPUs 3 of each), its CPUs and memory split by shard."""
     return PlacedJob(
@@ -86,7 +96,9 @@ def two_node_job(job_id: str, user: str) -> PlacedJob:
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["add", "add", "share", "stop", "end", "renew_all", "new_nodes"]),
+        st.sampled_from(
+            ["add", "add", "share", "stop", "end", "renew_all", "new_nodes", "pause", "move"]
+        ),
         st.integers(0, 2),  # node
         st.integers(1, 3),  # GPUs
         st.sampled_from(["alice", "bob"]),
@@ -115,6 +127,18 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
             free = [g.index for g in on.gpus if g.uuid not in taken][:gpus]
             if free:
                 jobs.append(placed(f"o{n}", on, free, cpus, 500, user=user, kind=OPPORTUNISTIC))
+        elif what == "pause" and jobs:  # suspended: its GPUs free, its CPUs held
+            i = node_index % len(jobs)
+            if jobs[i].state == "running" and jobs[i].kind != OPPORTUNISTIC:
+                jobs[i] = dataclasses.replace(jobs[i], state=SUSPENDED)
+        elif what == "move" and jobs:  # migrating: it holds free GPUs of a node too
+            i, on = node_index % len(jobs), nodes[(node_index + 1) % len(nodes)]
+            mover = jobs[i]
+            taken = {u for j in jobs if holds_gpus(j) for u in (*j.gpu_uuids, *_targets(j))}
+            free = [g.uuid for g in on.gpus if g.uuid not in taken][: mover.request.gpus]
+            if mover.state == "running" and holds_gpus(mover) and len(free) == mover.request.gpus:
+                target = (Shard(on.node_id, tuple(free)),)
+                jobs[i] = dataclasses.replace(mover, state=MIGRATING, moving_to=target)
         elif what == "stop" and jobs:
             i = node_index % len(jobs)
             jobs[i] = dataclasses.replace(jobs[i], state="preempting")

@@ -19,7 +19,15 @@ from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import SUSPENDED, PendingJob, PlacedJob, Snapshot, holds_gpus
+from schedd.policy.snapshot import (
+    MIGRATING,
+    SUSPENDED,
+    PendingJob,
+    PlacedJob,
+    Shard,
+    Snapshot,
+    holds_gpus,
+)
 from tests.unit.policy_harness import assert_valid, node, pending, placed
 
 QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
@@ -75,6 +83,15 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     for k, n in enumerate(nodes):
         if free[k] and draw(st.integers(0, 3)) == 0:
             running.append(placed(f"alone{k}", n, free[k][:1], state=SUSPENDED))
+            free[k] = free[k][1:]
+    # Moving (Gandiva's migration): a running job that holds free GPUs of another node too.
+    for i, job in enumerate(running):
+        k = draw(st.integers(0, len(nodes) - 1))
+        want = job.request.gpus
+        if job.state == "running" and len(free[k]) >= want and draw(st.integers(0, 4)) == 0:
+            target = Shard(nodes[k].node_id, tuple(nodes[k].gpus[g].uuid for g in free[k][:want]))
+            free[k] = free[k][want:]
+            running[i] = dataclasses.replace(job, state=MIGRATING, moving_to=(target,))
     waiting = [
         pending(
             f"p{j}",
@@ -87,6 +104,19 @@ def clusters(draw: st.DrawFn) -> Snapshot:
             attained_s=draw(st.sampled_from([0.0, 50_000.0])),
         )
         for j in range(draw(st.integers(0, 15)))
+    ]
+    # Elastic jobs (Gandiva's grow/shrink), waiting and running, may use half to all.
+    waiting = [
+        dataclasses.replace(j, gpu_range=(max(1, j.request.gpus // 2), j.request.gpus))
+        if j.request.gpus > 1 and draw(st.integers(0, 2)) == 0
+        else j
+        for j in waiting
+    ]
+    running = [
+        dataclasses.replace(j, gpu_range=(1, j.request.gpus + draw(st.integers(0, 2))))
+        if j.state == "running" and draw(st.integers(0, 2)) == 0
+        else j
+        for j in running
     ]
     return Snapshot(
         tuple(nodes), tuple(running), tuple(waiting), queues=queues, multi_node=draw(st.booleans())

@@ -37,6 +37,7 @@ def sim(*args: str) -> list[str]:
         (["--limit", "0"], "--limit: expected a whole number >= 1"),
         (["--preempt-overhead", "-1"], "--preempt-overhead: expected seconds >= 0"),
         (["--suspend-overhead", "-1"], "--suspend-overhead: expected seconds >= 0"),
+        (["--migrate-overhead", "soon"], "--migrate-overhead: expected seconds, got 'soon'"),
         (["--checkpoint-interval", "0"], "--checkpoint-interval: expected seconds > 0"),
         (["--locality-default", "2"], "--locality-default: expected a relative speed in (0, 1]"),
         (["--model-info", "MISSING"], "--model-info: "),
@@ -147,12 +148,13 @@ def test_deadlines_racks_and_estimates_reach_the_report(
     out = tmp_path / "out.json"
     args = ["--trace", str(trace), "--format", "csv", "--cluster", "2x1", "--rack-size", "1",
             "--cross-rack-speed", "0.5", "--estimates", "history", "--suspend-overhead", "0.25",
-            "--json", str(out)]  # fmt: skip
+            "--migrate-overhead", "12.5", "--json", str(out)]  # fmt: skip
     main(sim(*args))
     assert "best-effort avg JCT (s)" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert (data["options"]["cross_rack_speed"], data["options"]["estimates"]) == (0.5, "history")
-    assert data["options"]["suspend_overhead_s"] == 0.25
+    options = data["options"]
+    assert (options["suspend_overhead_s"], options["migrate_overhead_s"]) == (0.25, 12.5)
     [run] = data["runs"]
     assert run["deadline_miss_rate"] == 0.0
     assert run["jct_best_effort_avg_s"] == pytest.approx((120 + 20) / 2)

@@ -1,0 +1,136 @@
+"""Migration to defragment (Gandiva): a job that waits for GPUs on one node, although
+the cluster has that many free, gets them by moving running jobs off the node closest
+to having them, if what it gains is worth what the moves cost.
+
+After the cycle's decisions, for the first `migrate_jobs` jobs waiting for capacity: the
+nodes that could run the job are tried, those with the most free GPUs first (at most
+`_NODES_TRIED`); on each, the running jobs that may move (`migration.movable`) are
+taken, the largest first, until the GPUs missing there are covered, each to the node it
+fits best elsewhere. The cheapest such set wins if the job's GPUs x its expected wait
+(until enough GPUs free up by the running jobs' estimates; `default_estimate_s` if none
+can be foreseen) exceed the moved GPUs x `migrate_cost_s`. The movers hold their new
+GPUs from now; the waiting job starts when they have left.
+"""
+
+from __future__ import annotations
+
+from schedd.policy import migration
+from schedd.policy.actions import Action, Plan
+from schedd.policy.placement import needs_spreading, node_can_ever_fit
+from schedd.policy.reservation import reservation_for
+from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus
+from schedd.policy.view import View
+
+_NODES_TRIED = 16
+Moves = list[tuple[PlacedJob, tuple[Shard, ...]]]
+
+
+def anticipate(view: View, plan: Plan) -> list[Action]:
+    actions: list[Action] = []
+    promised: set[str] = set()  # nodes being freed for an earlier job of this plan
+    for job in waiting_for_room(view, plan):
+        need = job.request.gpus
+        if view.free_gpu_count() < need:
+            continue  # no amount of moving gives it that many
+        found = _cheapest(job, view, promised)
+        if found is None:
+            continue
+        node_id, moves = found
+        moved = sum(m.request.gpus for m, _ in moves)
+        cost = moved * view.settings.migrate_cost_s
+        wait = expected_wait(job, view)
+        if need * wait <= cost:
+            continue
+        reason = (
+            f"to free {need} GPU(s) on node {node_id} for job {job.job_id}, which would"
+            f" wait about {wait / 60:.0f} min otherwise"
+        )
+        actions += [migration.move(m, shards, view, reason) for m, shards in moves]
+        promised.add(node_id)
+    return actions
+
+
+def waiting_for_room(view: View, plan: Plan) -> list[PendingJob]:
+    """The first `migrate_jobs` jobs waiting for capacity that fit a node."""
+    by_id = {j.job_id: j for j in view.snapshot.pending}
+    out = []
+    for job_id, wait in plan.waiting.items():
+        job = by_id.get(job_id)
+        if wait.code != "no_capacity" or job is None or not holds_gpus(job):
+            continue
+        if job.request.gpus <= 0 or needs_spreading(job, view):
+            continue
+        out.append(job)
+        if len(out) >= view.settings.migrate_jobs:
+            break
+    return out
+
+
+def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Moves] | None:
+    """(node, moves): the fewest GPUs moved to make the job fit on one node (not one
+    already promised to another job)."""
+    need = job.request.gpus
+    nodes = sorted(
+        (
+            n
+            for n, cap in view.capacity.items()
+            if n not in promised and node_can_ever_fit(cap.node, job.request) is None
+        ),
+        key=lambda n: (-len(view.usable_gpus(n, job)), n),
+    )[:_NODES_TRIED]
+    best: tuple[int, str, Moves] | None = None
+    for node_id in nodes:
+        cap = view.capacity[node_id]
+        missing = need - len(view.usable_gpus(node_id, job))
+        if missing <= 0:
+            continue  # it fits there: it waits for something moving does not change
+        moves = _moves_off(node_id, missing, view, promised)
+        if moves is None:
+            continue
+        gone = [m.request for m, _ in moves]
+        cpus = cap.cpus + sum(r.cpus for r in gone)
+        memory = cap.memory_mib + sum(r.memory_mib for r in gone)
+        if cpus + 1e-9 < job.request.cpus or memory < job.request.memory_mib:
+            continue
+        moved = sum(r.gpus for r in gone)
+        if best is None or (moved, node_id) < best[:2]:
+            best = (moved, node_id, moves)
+    return None if best is None else (best[1], best[2])
+
+
+def _moves_off(node_id: str, missing: int, view: View, promised: set[str]) -> Moves | None:
+    """Movers off the node that free at least `missing` GPUs, each with its target (not
+    on a node being freed): one job if one is large enough (the smallest such), else
+    the largest first."""
+    here = [
+        m
+        for m in migration.placed_on(view).get(node_id, [])
+        if len(m.shards) == 1 and migration.movable(m, view)
+    ]
+    single = sorted((m for m in here if m.request.gpus >= missing), key=_size_then_id)
+    ordered = single[:1] or sorted(here, key=_size_then_id, reverse=True)
+    taken: migration.Taken = {}
+    moves: Moves = []
+    freed = 0
+    for mover in ordered:
+        shards = migration.target(mover, view, frozenset({node_id, *promised}), taken)
+        if shards is None:
+            continue
+        migration.take(taken, shards)
+        moves.append((mover, shards))
+        freed += mover.request.gpus
+        if freed >= missing:
+            return moves
+    return None
+
+
+def _size_then_id(job: PlacedJob) -> tuple[int, str]:
+    return (job.request.gpus, job.job_id)
+
+
+def expected_wait(job: PendingJob, view: View) -> float:
+    """Until enough GPUs free up for it by the running jobs' estimates."""
+    held = reservation_for(job, view)
+    if held is None:
+        return view.settings.default_estimate_s
+    return max(held.expected_start - view.now, 0.0)

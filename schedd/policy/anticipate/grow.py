@@ -1,0 +1,66 @@
+"""Grow (Gandiva): an elastic job running on fewer GPUs than it may use grows into GPUs
+left idle on its node, when no job waits for GPUs.
+
+After the cycle's decisions, with no job left waiting for capacity, each running elastic
+job (one node, `migration.movable`) takes the free GPUs of its node up to the most its
+range allows, if the time it saves (its remaining run time less that time x old / new
+GPUs: the work is assumed to scale linearly) exceeds `migrate_cost_s`, the cost of the
+restart from its checkpoint. At most `migrate_jobs` a cycle, most work left first. The
+plan says `Resize` with the job's GPUs and the new ones; it holds the new ones at once.
+"""
+
+from __future__ import annotations
+
+from schedd.policy import migration
+from schedd.policy.actions import Action, Plan, Resize
+from schedd.policy.snapshot import Shard
+from schedd.policy.view import View
+
+WAITING_FOR_GPUS = frozenset({"no_capacity", "reserved", "preempting"})
+
+
+def anticipate(view: View, plan: Plan) -> list[Action]:
+    if any(w.code in WAITING_FOR_GPUS for w in plan.waiting.values()):
+        return []  # idle GPUs are for the jobs that wait, not for growing
+    if not view.free_gpu_count():
+        return []
+    elastic = sorted(
+        (
+            j
+            for j in view.snapshot.placed
+            if j.gpu_range is not None
+            and j.request.gpus < j.gpu_range[1]
+            and len(j.shards) == 1
+            and migration.movable(j, view)
+        ),
+        key=lambda j: (-view.remaining(j), j.job_id),
+    )
+    settings = view.settings
+    actions: list[Action] = []
+    for job in elastic:
+        if len(actions) >= settings.migrate_jobs:
+            break
+        assert job.gpu_range is not None
+        (shard,) = job.shards
+        free = view.capacity[shard.node_id].free_gpus
+        now = job.request.gpus
+        extra = tuple(g.uuid for g in free[: job.gpu_range[1] - now])
+        if not extra:
+            continue
+        new = now + len(extra)
+        saved = view.remaining(job) * (1 - now / new)
+        if saved <= settings.migrate_cost_s:
+            continue
+        gpus = shard.gpu_uuids + extra
+        view.claim(job, (Shard(shard.node_id, extra),))
+        actions.append(
+            Resize(
+                job.job_id,
+                new,
+                f"grows into {len(extra)} idle GPU(s) on its node: about"
+                f" {saved / 60:.0f} min sooner done",
+                shard.node_id,
+                gpus,
+            )
+        )
+    return actions

@@ -1,0 +1,54 @@
+"""Migration to end time-slicing where it is no longer needed (Gandiva): when GPUs came
+free that no waiting job took, a job taking turns with a suspended one moves there, so
+that both run at once instead of in turns.
+
+After the cycle's decisions, for each suspended job (the one paused longest first; at
+most `migrate_jobs` moves), the one running job on its GPUs moves to free GPUs of its
+size (best fit) if the time the pair would otherwise share (the shorter of the two
+remaining run times) exceeds the move's cost, `migrate_cost_s`. The suspended job
+resumes once its partner has left (`decide.timeslice`: its GPUs are free then).
+"""
+
+from __future__ import annotations
+
+from schedd.policy import migration
+from schedd.policy.actions import Action, Plan
+from schedd.policy.snapshot import holds_gpus
+from schedd.policy.timeslice import suspended_jobs
+from schedd.policy.view import View
+
+
+def anticipate(view: View, plan: Plan) -> list[Action]:
+    waiting = suspended_jobs(view)
+    if not waiting or not view.free_gpu_count():
+        return []
+    settings = view.settings
+    actions: list[Action] = []
+    for job in waiting:
+        if len(actions) >= settings.migrate_jobs:
+            break
+        if job.job_id in view.stopping:
+            continue  # resumed by this plan already
+        on = {
+            p.job_id: p
+            for s in job.shards
+            for p in migration.placed_on(view).get(s.node_id, [])
+            if holds_gpus(p) and not set(p.gpu_uuids).isdisjoint(job.gpu_uuids)
+        }
+        if len(on) != 1:
+            continue
+        (partner,) = on.values()
+        if partner.gpu_uuids != job.gpu_uuids or not migration.movable(partner, view, False):
+            continue
+        shared = min(view.remaining(job), view.remaining(partner))
+        if shared <= settings.migrate_cost_s:
+            continue
+        shards = migration.target(partner, view, frozenset(), {})
+        if shards is None:
+            continue
+        reason = (
+            f"to GPUs that came free: job {job.job_id}, which takes turns with it, then runs"
+            f" at once (about {shared / 60:.0f} min of turns spared)"
+        )
+        actions.append(migration.move(partner, shards, view, reason))
+    return actions

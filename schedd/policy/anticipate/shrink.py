@@ -1,0 +1,100 @@
+"""Shrink (Gandiva): elastic jobs give GPUs back to make room on one node for a job that
+waits, where its GPUs x its expected wait exceed what the restarts cost.
+
+After the cycle's decisions, for the first `migrate_jobs` jobs waiting for capacity that
+fit a node: on each node that could run the job (the 16 with the most free GPUs), the
+running elastic jobs there (`migration.movable`) shrink toward the least of their range,
+those with the most to give first, until the GPUs missing there are covered; the node
+whose shrinks restart the fewest GPUs wins if the waiting job's GPUs x its expected wait
+exceed those GPUs x `migrate_cost_s`. Each shrunk job keeps the first of its GPUs and
+restarts on them from its checkpoint (`Resize`); the waiting job starts once they have.
+"""
+
+from __future__ import annotations
+
+from schedd.policy import migration
+from schedd.policy.actions import Action, Plan, Resize
+from schedd.policy.anticipate.defragment import expected_wait, waiting_for_room
+from schedd.policy.placement import node_can_ever_fit
+from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.view import View
+
+_NODES_TRIED = 16
+Shrinks = list[tuple[PlacedJob, int]]  # (job, GPUs it keeps)
+
+
+def anticipate(view: View, plan: Plan) -> list[Action]:
+    actions: list[Action] = []
+    promised: set[str] = set()
+    for job in waiting_for_room(view, plan):
+        found = _cheapest(job, view, promised)
+        if found is None:
+            continue
+        node_id, shrinks = found
+        restarted = sum(j.request.gpus for j, _ in shrinks)
+        wait = expected_wait(job, view)
+        if job.request.gpus * wait <= restarted * view.settings.migrate_cost_s:
+            continue
+        promised.add(node_id)
+        for shrunk, keep in shrinks:
+            (shard,) = shrunk.shards
+            kept = shard.gpu_uuids[:keep]
+            view.claim(shrunk, ())
+            actions.append(
+                Resize(
+                    shrunk.job_id,
+                    keep,
+                    f"shrinks to {keep} GPU(s) to make room on node {node_id} for job"
+                    f" {job.job_id}, which would wait about {wait / 60:.0f} min otherwise",
+                    node_id,
+                    kept,
+                )
+            )
+    return actions
+
+
+def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shrinks] | None:
+    need = job.request.gpus
+    nodes = sorted(
+        (
+            n
+            for n, cap in view.capacity.items()
+            if n not in promised and node_can_ever_fit(cap.node, job.request) is None
+        ),
+        key=lambda n: (-len(view.usable_gpus(n, job)), n),
+    )[:_NODES_TRIED]
+    best: tuple[int, str, Shrinks] | None = None
+    for node_id in nodes:
+        missing = need - len(view.usable_gpus(node_id, job))
+        if missing <= 0:
+            continue
+        shrinks = _shrinks_on(node_id, missing, view)
+        if shrinks is None:
+            continue
+        restarted = sum(j.request.gpus for j, _ in shrinks)
+        if best is None or (restarted, node_id) < best[:2]:
+            best = (restarted, node_id, shrinks)
+    return None if best is None else (best[1], best[2])
+
+
+def _shrinks_on(node_id: str, missing: int, view: View) -> Shrinks | None:
+    elastic = sorted(
+        (
+            j
+            for j in migration.placed_on(view).get(node_id, [])
+            if j.gpu_range is not None
+            and len(j.shards) == 1
+            and j.request.gpus > j.gpu_range[0]
+            and migration.movable(j, view)
+        ),
+        key=lambda j: (-(j.request.gpus - j.gpu_range[0]), j.job_id),  # type: ignore[index]
+    )
+    shrinks: Shrinks = []
+    for job in elastic:
+        assert job.gpu_range is not None
+        give = min(job.request.gpus - job.gpu_range[0], missing)
+        shrinks.append((job, job.request.gpus - give))
+        missing -= give
+        if missing <= 0:
+            return shrinks
+    return None

@@ -1,0 +1,89 @@
+"""What Gandiva's migration reads: which running jobs may move, where to, and whether a
+move pays for itself. Shared by the plugins that decide moves (`anticipate.defragment`,
+`anticipate.gather`); the plan says `Migrate`, and the view gives the target GPUs
+to the job at once (`View.claim`)."""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Migrate
+from schedd.policy.placement import node_can_ever_fit
+from schedd.policy.snapshot import GUARANTEED, PlacedJob, Request, Shard, holds_gpus
+from schedd.policy.timeslice import group_sizes, since
+from schedd.policy.view import View
+
+# node -> GPU uuids a move decided (or weighed) in this plan takes there
+Taken = dict[str, set[str]]
+
+
+def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
+    """A running guaranteed job that can save a checkpoint, has run `min_run_s` since it
+    started, resumed or last moved (no moving back and forth), and not already chosen
+    by this plan; `alone`: with no job taking turns on its GPUs (it would be left
+    behind, waiting for GPUs nobody uses)."""
+    return (
+        job.state == "running"
+        and job.checkpointable
+        and job.kind == GUARANTEED
+        and holds_gpus(job)
+        and job.request.gpus > 0
+        and job.job_id not in view.stopping
+        and view.now - since(job) >= view.settings.min_run_s
+        and all(s.node_id in view.capacity for s in job.shards)
+        and not (alone and group_sizes(view)[job.gpu_uuids])
+    )
+
+
+def placed_on(view: View) -> dict[str, list[PlacedJob]]:
+    """node -> the placed jobs with GPUs there (once per cycle)."""
+    key = ("placed_on",)
+    known = view.memo.get(key)
+    if known is None:
+        on: dict[str, list[PlacedJob]] = {}
+        for job in view.snapshot.placed:
+            for shard in job.shards:
+                on.setdefault(shard.node_id, []).append(job)
+        known = view.memo[key] = on
+    return known  # type: ignore[return-value]
+
+
+def target(
+    job: PlacedJob, view: View, avoid: frozenset[str], taken: Taken
+) -> tuple[Shard, ...] | None:
+    """The job's GPUs on one node outside `avoid`, best fit (the node left fullest),
+    with its CPUs and memory; GPUs in `taken` are spoken for."""
+    request = Request(job.request.gpus, job.request.cpus, job.request.memory_mib,
+                      job.request.gpu_memory_mib)  # fmt: skip
+    need = request.gpus
+    best: tuple[int, str, tuple[Shard, ...]] | None = None
+    for bucket in view.by_free[need:]:
+        for node_id in bucket:
+            if node_id in avoid:
+                continue
+            cap = view.capacity[node_id]
+            spoken = taken.get(node_id, set())
+            free = [g for g in cap.free_gpus if g.uuid not in spoken]
+            if request.gpu_memory_mib is not None:
+                free = [g for g in free if g.memory_mib >= request.gpu_memory_mib]
+            if len(free) < need or node_can_ever_fit(cap.node, request) is not None:
+                continue
+            if cap.cpus + 1e-9 < request.cpus or cap.memory_mib < request.memory_mib:
+                continue
+            left = len(free) - need
+            if best is None or (left, node_id) < best[:2]:
+                shard = Shard(node_id, tuple(g.uuid for g in free[:need]))
+                best = (left, node_id, (shard,))
+        if best is not None and best[0] == 0:
+            break  # nothing fits better than exactly
+    return None if best is None else best[2]
+
+
+def take(taken: Taken, shards: tuple[Shard, ...]) -> None:
+    for shard in shards:
+        taken.setdefault(shard.node_id, set()).update(shard.gpu_uuids)
+
+
+def move(job: PlacedJob, shards: tuple[Shard, ...], view: View, reason: str) -> Migrate:
+    """The action, with the view brought up to it."""
+    view.claim(job, shards)
+    (shard,) = shards
+    return Migrate(job.job_id, shard.node_id, shard.gpu_uuids, reason)

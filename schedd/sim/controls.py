@@ -1,0 +1,183 @@
+"""Gandiva's job controls in the replay: Suspend and Resume (time-slicing), and Migrate.
+
+Functions of the engine's own state, kept apart so that engine.py stays about the loop,
+the views and the common GPU bookkeeping (`Simulation.gpus_change`, `_hold`, `_release`)
+that these use.
+
+A migration: at the decision the job's work up to now is saved (a checkpoint on request
+loses nothing, whatever the checkpoint interval), its service so far counted and its
+completion voided; it holds its own GPUs and, from now, the target's as their holder,
+makes no progress and keeps no GPU busy (its GPUs' sharers run as beside no one), and is
+still charged usage as one job of its GPUs. After `SimOptions.migrate_overhead_s` it
+gives its own GPUs up and runs on the target from the saved work, at the locality speed
+of its new placement: a new run segment, as after a resume. A Stop while it moves
+cancels it when the move is over (as a Stop of a preempting job does), both GPU sets
+held until then.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from schedd.policy.actions import Migrate, Resume, Suspend
+from schedd.policy.snapshot import Shard
+from schedd.sim.jobs import CANCELLED, MIGRATING, RUNNING, SUSPENDED, SimJob
+
+if TYPE_CHECKING:
+    from schedd.sim.engine import Simulation
+
+# The engine's event kind for the end of a move (after its completions, 0, and the ends
+# of preemptions, 1, at one instant); its token is the job's `attempt`.
+MIGRATE_END = 2
+
+
+def suspend(sim: Simulation, action: Suspend, now: float) -> bool:
+    """Pause a running job (time-slicing): its progress up to now is kept, whatever
+    the checkpoint model (the shim suspends at a mini-batch boundary, its state kept
+    in memory); its GPUs are free for others and it is charged no usage until it
+    resumes; it keeps its shards, the GPUs it resumes on."""
+    job = sim._job(action.job_id, "Suspend")
+    if job.state != RUNNING:
+        sim.ledger.refused[f"suspend of a {job.state} job"] += 1
+        return False
+    _save_progress(job, now)
+    job.state = SUSPENDED  # before its GPUs change: not timed again as one that stays
+    uuids = sim._uuids(job)
+    with sim.gpus_change(uuids, now):
+        holders = sim._holders(job.kind)
+        for uuid in uuids:
+            del holders[uuid]
+    sim.ledger.release(job, now)
+    job.held_since = None
+    sim.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+    job.suspensions += 1
+    _show(sim, job, state=SUSPENDED, state_since=now)
+    sim.ledger.actions["Suspend"] += 1
+    return True
+
+
+def resume(sim: Simulation, action: Resume, now: float) -> bool:
+    """A suspended job takes its own GPUs back and goes on at its speed there, after
+    `suspend_overhead_s` without progress. The resume starts a new run segment: its
+    service, run time and checkpoints count from now, as from a launch (but it is
+    neither a new start nor a preemption)."""
+    job = sim._job(action.job_id, "Resume")
+    if job.state != SUSPENDED:
+        sim.ledger.refused[f"resume of a {job.state} job"] += 1
+        return False
+    if not sim._gpus_free(job, sim._uuids(job), "resume"):
+        return False
+    job.state = RUNNING
+    job.held_since = now
+    _new_segment(job, now, progress_at=now + sim.options.suspend_overhead_s)
+    _show(sim, job, state=RUNNING, state_since=now)
+    sim._hold(job, now)
+    sim.ledger.actions["Resume"] += 1
+    return True
+
+
+def migrate(sim: Simulation, action: Migrate, now: float) -> bool:
+    """Begin moving a running job to `action.gpu_uuids` (module docstring). A policy
+    bug stops the replay: an unknown job or node, the wrong number of GPUs, GPUs that
+    are not all the node's, or one another job (or the job itself) holds. A job that
+    is not running, or target GPUs a preemption still frees, are refused and counted."""
+    job = sim._job(action.job_id, "Migrate")
+    if job.state != RUNNING:
+        sim.ledger.refused[f"migrate of a {job.state} job"] += 1
+        return False
+    target = _target(sim, job, action)
+    if not sim._gpus_free(job, target.gpu_uuids, "migrate"):
+        return False
+    _save_progress(job, now)
+    job.attempt += 1  # the end of this move is keyed by it
+    source = sim._uuids(job)
+    with sim.gpus_change([*source, *target.gpu_uuids], now):
+        job.state = MIGRATING  # keeps no GPU busy, and is not timed again meanwhile
+        job.moving_to = (target,)
+        holders = sim._holders(job.kind)
+        for uuid in target.gpu_uuids:
+            holders[uuid] = job
+    job.migrations += 1
+    _show(sim, job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
+    sim.ledger.actions["Migrate"] += 1
+    overhead = sim.options.migrate_overhead_s
+    if overhead > 0:
+        sim._at(now + overhead, MIGRATE_END, job)
+    else:
+        end_migration(sim, job, now)
+    return True
+
+
+def end_migration(sim: Simulation, job: SimJob, now: float) -> None:
+    """The move is over: the job gives its own GPUs up and runs on the target from the
+    work saved when it began (or, stopped meanwhile, gives both up, cancelled)."""
+    if job.cancel_when_freed:
+        sim._release(job, now)
+        sim._end(job, CANCELLED, now)
+        return
+    source = sim._uuids(job)  # both sets: its own and the target
+    with sim.gpus_change(source, now):
+        holders = sim._holders(job.kind)
+        for shard in job.shards:
+            for uuid in shard.gpu_uuids:
+                del holders[uuid]
+        job.shards, job.moving_to = job.moving_to, ()
+        job.state = RUNNING
+        nodes = {s.node_id for s in job.shards}
+        racks = {sim._rack[n] for n in nodes}
+        spec = job.spec
+        job.locality_speed = sim.locality.speed(spec.name, spec.gpus, len(nodes), len(racks))
+        _new_segment(job, now, progress_at=now)  # timed at its new speed as the GPUs change
+    _show(sim, job, state=RUNNING, state_since=now, moving_to=(), shards=job.shards)
+
+
+def _target(sim: Simulation, job: SimJob, action: Migrate) -> Shard:
+    """The GPUs the job moves to, checked: as many as it has, distinct, all of one
+    existing node, none its own."""
+    uuids = action.gpu_uuids
+    what = f"Migrate of job {job.spec.job_id}"
+    if len(uuids) != job.spec.gpus or len(set(uuids)) != len(uuids):
+        raise sim.policy_error(
+            f"{what} names {len(uuids)} GPUs ({len(set(uuids))} distinct); it has {job.spec.gpus}"
+        )
+    node = sim.node(action.node_id)
+    if node is None:
+        raise sim.policy_error(f"{what} to unknown node {action.node_id!r}")
+    on_node = {g.uuid for g in node.gpus}
+    own = set(sim._uuids(job))
+    for uuid in uuids:
+        if uuid not in on_node:
+            raise sim.policy_error(f"{what} names GPU {uuid}, which is not on node {node.node_id}")
+        if uuid in own:
+            raise sim.policy_error(f"{what} names GPU {uuid}, which it runs on already")
+    return Shard(node.node_id, tuple(uuids))
+
+
+def _save_progress(job: SimJob, now: float) -> None:
+    """End the run segment with nothing lost (suspension and migration save the state
+    now): the work done is kept, the service and run time counted, the completion void.
+    Before a resume's overhead is over, `progress_at` is still ahead: nothing done."""
+    assert job.started_at is not None and job.progress_at is not None
+    done = max(0.0, now - job.progress_at) * job.speed
+    job.remaining_s = max(0.0, job.remaining_s - done)
+    job.progress_at = None
+    ran = now - job.started_at
+    job.attained_gpu_s += job.spec.gpus * ran
+    job.run_time_s += ran
+    job.timing += 1  # its completion event is void now
+
+
+def _new_segment(job: SimJob, now: float, progress_at: float) -> None:
+    """A run segment from saved work (a resume, the end of a move): service, run time
+    and checkpoints count from now; progress from `progress_at`."""
+    job.started_at = now
+    job.progress_at = progress_at
+    job.remaining_at_start = job.remaining_s
+    job.checkpoint_remaining = None
+
+
+def _show(sim: Simulation, job: SimJob, **fields: object) -> None:
+    """The policy's view of the job changes."""
+    job.placed_fields = {**job.placed_fields, **fields}
+    job.placed_view = None
+    sim._placed_view = None

@@ -1,0 +1,80 @@
+"""Grow/shrink (Gandiva): elastic jobs start on fewer GPUs where that is all there is,
+grow into idle GPUs, and shrink to make room for a job that waits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedd.policy.actions import Plan, Resize
+from schedd.policy.snapshot import PendingJob, PlacedJob
+from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
+
+
+def elastic(job: PendingJob | PlacedJob, least: int, most: int) -> PendingJob | PlacedJob:
+    return dataclasses.replace(job, gpu_range=(least, most))
+
+
+def resizes(plan: Plan) -> dict[str, Resize]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, Resize)}
+
+
+def test_an_elastic_job_starts_on_the_most_gpus_that_fit() -> None:
+    n = node("n", 4)
+    busy = [placed("busy", n, [0])]
+    job = elastic(pending("e", 4), 2, 4)
+    plan = run("fifo", snapshot([n], [job], busy))  # type: ignore[list-item]
+    assert len(launches(plan)["e"].gpu_uuids) == 3
+    assert "elastic, on 3 of its 4 GPUs" in launches(plan)["e"].reason
+    # Below its least it waits, as any job would.
+    crowded = [placed("busy", n, [0, 1, 2])]
+    plan = run("fifo", snapshot([n], [job], crowded))  # type: ignore[list-item]
+    assert plan.waiting["e"].code == "no_capacity"
+    # A job that is not elastic never starts smaller.
+    plan = run("fifo", snapshot([n], [pending("rigid", 4)], busy))
+    assert plan.waiting["rigid"].code == "no_capacity"
+
+
+def test_an_elastic_job_grows_into_idle_gpus_when_nobody_waits() -> None:
+    n = node("n", 4)
+    small = elastic(placed("e", n, [0, 1], estimate_s=20_000.0), 1, 4)
+    plan = run("gandiva", snapshot([n], [], [small]), now=1000.0)  # type: ignore[list-item]
+    grown = resizes(plan)["e"]
+    assert (grown.gpus, grown.node_id) == (4, "n")
+    assert grown.gpu_uuids == ("n-g0", "n-g1", "n-g2", "n-g3")  # its own first
+    assert "grows into 2 idle GPU(s)" in grown.reason
+    # Not while a job waits for GPUs, nor with too little left to gain, nor in a profile
+    # without grow/shrink.
+    waiting = pending("w", 4)
+    plan = run("gandiva", snapshot([n], [waiting], [small]), now=1000.0)  # type: ignore[list-item]
+    assert resizes(plan) == {}
+    ending = dataclasses.replace(small, estimate_s=100.0)
+    assert resizes(run("gandiva", snapshot([n], [], [ending]), now=1000.0)) == {}
+    assert resizes(run("default", snapshot([n], [], [small]), now=1000.0)) == {}  # type: ignore[list-item]
+
+
+def test_an_elastic_job_shrinks_to_make_room_for_a_waiting_job() -> None:
+    n = node("n", 4)
+    big = elastic(placed("e", n, [0, 1, 2, 3], estimate_s=50_000.0), 1, 4)
+    plan = run("gandiva", snapshot([n], [pending("w", 2)], [big]), now=1000.0)  # type: ignore[list-item]
+    shrunk = resizes(plan)["e"]
+    assert (shrunk.gpus, shrunk.gpu_uuids) == (2, ("n-g0", "n-g1"))
+    assert "to make room on node n for job w" in shrunk.reason
+    assert plan.waiting["w"].code == "no_capacity"  # it starts once e has restarted
+    # Never below its least: a job of 3 GPUs cannot be made room for by a 2..4 job.
+    firm = elastic(big, 2, 4)
+    plan = run("gandiva", snapshot([n], [pending("w", 3)], [firm]), now=1000.0)  # type: ignore[list-item]
+    assert resizes(plan) == {}
+    # Not worth it where the waiting job's wait is short.
+    soon = dataclasses.replace(big, estimate_s=1010.0)
+    assert resizes(run("gandiva", snapshot([n], [pending("w", 2)], [soon]), now=1000.0)) == {}
+
+
+def test_two_jobs_never_grow_into_the_same_gpus() -> None:
+    n = node("n", 4)
+    longer = elastic(placed("long", n, [0], estimate_s=40_000.0), 1, 4)
+    shorter = elastic(placed("short", n, [1], estimate_s=20_000.0), 1, 4)
+    plan = run("gandiva", snapshot([n], [], [shorter, longer]), now=1000.0)  # type: ignore[list-item]
+    # The one with the most left goes first and takes both idle GPUs.
+    assert {j: (r.gpus, r.gpu_uuids) for j, r in resizes(plan).items()} == {
+        "long": (3, ("n-g0", "n-g2", "n-g3"))
+    }

@@ -1,0 +1,141 @@
+"""Migration (Gandiva): running jobs move to make room on one node for a waiting job, or
+to bring a job spread over nodes onto one, when the move is worth its cost."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedd.policy.actions import Migrate, Plan
+from schedd.policy.snapshot import MIGRATING, SUSPENDED, PlacedJob, Shard
+from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+
+
+def moves(plan: Plan) -> dict[str, Migrate]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, Migrate)}
+
+
+def fragmented() -> tuple[list, list[PlacedJob]]:  # type: ignore[type-arg]
+    """Two 4-GPU nodes with one GPU free on each: a 2-GPU job fits neither, and no
+    running job of 2 GPUs is there to take turns with."""
+    a, b = node("a", 4), node("b", 4)
+    running = [
+        placed("small", a, [0], estimate_s=50_000.0),
+        placed("tail", a, [1], estimate_s=50_000.0),
+        placed("tail2", a, [2], estimate_s=50_000.0),
+        placed("three", b, [0, 1, 2], estimate_s=50_000.0),
+    ]
+    return [a, b], running
+
+
+def test_a_running_job_moves_to_free_one_node_for_a_waiting_job() -> None:
+    nodes, running = fragmented()
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], running), now=1000.0)
+    # Moving the 1-GPU job to b's free GPU leaves a with two: the cheapest move.
+    assert set(moves(plan)) == {"small"}
+    assert (moves(plan)["small"].node_id, moves(plan)["small"].gpu_uuids) == ("b", ("b-g3",))
+    assert "for job wide" in moves(plan)["small"].reason
+    # It starts once the job has left; meanwhile it waits, and nobody is preempted.
+    assert plan.waiting["wide"].code == "no_capacity"
+    assert not preempted(plan) and not launches(plan)
+
+
+def test_no_move_when_the_wait_is_shorter_than_the_moves_cost() -> None:
+    nodes, running = fragmented()
+    ending = [
+        dataclasses.replace(j, estimate_s=1030.0) if "tail" in j.job_id else j for j in running
+    ]
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], ending), now=1000.0)
+    assert moves(plan) == {}  # two GPUs free on a in 30 s: not worth 60 s of a GPU
+    plan = run(
+        "gandiva", snapshot(nodes, [pending("wide", 2)], ending), now=1000.0, migrate_cost_s=10.0
+    )
+    assert set(moves(plan)) == {"small"}
+
+
+def test_no_move_when_the_cluster_lacks_the_gpus_or_no_job_may_move() -> None:
+    nodes, running = fragmented()
+    plan = run("gandiva", snapshot(nodes, [pending("wider", 3)], running), now=1000.0)
+    assert moves(plan) == {}  # 2 free in all: moving cannot give it 3
+    # Jobs that started or moved less than min_run_s ago stay where they are.
+    young = [dataclasses.replace(j, state_since=900.0) for j in running]
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], young), now=1000.0)
+    assert moves(plan) == {}
+    # Nor does a job that cannot save a checkpoint (live: no shim).
+    stuck = [dataclasses.replace(j, checkpointable=False) for j in running]
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], stuck), now=1000.0)
+    assert moves(plan) == {}
+    # A job taking turns with a suspended one stays too (its partner would be stranded).
+    a = nodes[0]
+    partner = dataclasses.replace(placed("partner", a, [0]), state=SUSPENDED, state_since=0.0)
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], [*running, partner]), now=1000.0)
+    assert "small" not in moves(plan)
+
+
+def test_two_waiting_jobs_never_count_on_the_same_gpus() -> None:
+    a, b, c = node("a", 4), node("b", 4), node("c", 4)
+    running = [
+        placed(f"{n.node_id}{i}", n, [i], estimate_s=50_000.0) for n in (a, b) for i in (0, 1, 2)
+    ]
+    running.append(placed("c-three", c, [0, 1, 2], estimate_s=50_000.0))
+    snap = snapshot([a, b, c], [pending("w1", 2), pending("w2", 2)], running)
+    plan = run("gandiva", snap, now=1000.0)
+    # w1: a job of a moves to b's free GPU. w2 may not count on a (freed for w1), nor on
+    # b's GPU (a's mover has it); c's free GPU alone cannot help it.
+    assert [(m.node_id, m.gpu_uuids) for m in moves(plan).values()] == [("b", ("b-g3",))]
+    assert "for job w1" in next(iter(moves(plan).values())).reason
+
+
+def test_other_profiles_never_move_a_job() -> None:
+    nodes, running = fragmented()
+    for profile in ("fifo", "default", "drf", "tiresias"):
+        plan = run(profile, snapshot(nodes, [pending("wide", 2)], running), now=1000.0)
+        assert moves(plan) == {}, profile
+
+
+def test_a_migrating_job_holds_both_its_gpus_and_cannot_be_stopped() -> None:
+    nodes, running = fragmented()
+    moving = dataclasses.replace(
+        running[0], state=MIGRATING, moving_to=(Shard("b", ("b-g3",)),), state_since=1000.0
+    )
+    snap = snapshot(nodes, [pending("one", 1), pending("wide", 2)], [moving, *running[1:]])
+    plan = run("gandiva", snap, now=1010.0)
+    # b-g3 is the mover's already, and a-g0 still: only a-g3 is free.
+    assert launches(plan)["one"].gpu_uuids == ("a-g3",)
+    assert "small" not in moves(plan) and not preempted(plan)
+    plan = run("default", snapshot(nodes, [pending("big", 4)], [moving]), now=5000.0)
+    assert "small" not in preempted(plan)
+
+
+def test_a_job_spread_over_nodes_moves_onto_one() -> None:
+    a, b, c = node("a", 4), node("b", 4), node("c", 4)
+    spread = dataclasses.replace(
+        placed("spread", a, [0, 1], estimate_s=20_000.0),
+        shards=(Shard("a", ("a-g0", "a-g1")), Shard("b", ("b-g0", "b-g1"))),
+        request=dataclasses.replace(placed("x", a, [0, 1, 2, 3]).request),
+    )
+    others = [placed("fill-a", a, [2, 3]), placed("fill-b", b, [2, 3])]
+    snap = snapshot([a, b, c], [], [spread, *others], multi_node=True)
+    plan = run("gandiva", snap, now=1000.0)
+    assert (moves(plan)["spread"].node_id, len(moves(plan)["spread"].gpu_uuids)) == ("c", 4)
+    assert "onto one node from 2" in moves(plan)["spread"].reason
+    # Little left to run: the move would cost more than the speed it buys.
+    ending = dataclasses.replace(spread, estimate_s=250.0)
+    assert moves(run("gandiva", snapshot([a, b, c], [], [ending, *others], multi_node=True),
+                     now=1000.0)) == {}  # fmt: skip
+
+
+def test_a_time_sliced_pair_is_parted_when_gpus_come_free() -> None:
+    a, b = node("a", 1), node("b", 1)
+    partner = dataclasses.replace(placed("runs", a, [0], estimate_s=9_000.0), state_since=0.0)
+    waiting = dataclasses.replace(
+        placed("paused", a, [0], estimate_s=9_000.0), state=SUSPENDED, state_since=0.0
+    )
+    plan = run("gandiva", snapshot([a, b], [], [partner, waiting]), now=400.0)
+    # The running one moves to b's free GPU; the paused one resumes once it has left.
+    assert (moves(plan)["runs"].node_id, moves(plan)["runs"].gpu_uuids) == ("b", ("b-g0",))
+    assert "job paused, which takes turns with it" in moves(plan)["runs"].reason
+    # A waiting job takes the free GPU first; and little left to share is no reason.
+    plan = run("gandiva", snapshot([a, b], [pending("new")], [partner, waiting]), now=400.0)
+    assert moves(plan) == {} and launches(plan)["new"].gpu_uuids == ("b-g0",)
+    ending = dataclasses.replace(waiting, estimate_s=30.0)
+    assert moves(run("gandiva", snapshot([a, b], [], [partner, ending]), now=400.0)) == {}
