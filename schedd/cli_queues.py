@@ -84,6 +84,13 @@ def explain_text(job: dict[str, Any], report: dict[str, Any]) -> str:
             else "asked by a user: it keeps its GPUs until resumed"
         )
         lines.append(f"suspended since {job.get('suspended_at', '?')}, {how}")
+    if job["state"] == "running" and job.get("migrating_to"):
+        held = job.get("migrating_to_gpus")
+        there = f" (holding {', '.join(held)} there)" if held else ""
+        lines.append(
+            f"migrating to {job['migrating_to']}{there}: saving a checkpoint, then it"
+            " resumes there from it"
+        )
     lines.append(f"attempt {job['attempt']}, {job.get('attained_gpu_s', 0):g} GPU-seconds so far")
     mine = [q for q in report["queues"] if q["name"] == job["queue"]]
     lines.append("")

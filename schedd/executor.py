@@ -105,7 +105,12 @@ class Executor:
                 case Resume():
                     await job_controls.resume(pool, hub, row, by, time_slice=True)
                 case Migrate():
-                    await job_controls.checkpoint(pool, hub, row, by, migrate_to=action.node_id)
+                    # Its target GPUs are recorded with it: snapshots hold them for the
+                    # job while it saves its checkpoint (it may resume on others there).
+                    target = list(action.gpu_uuids)
+                    await job_controls.checkpoint(
+                        pool, hub, row, by, migrate_to=action.node_id, gpu_uuids=target
+                    )
                 case Resize():
                     await job_controls.resize(pool, hub, row, by, action.gpus)
         except job_controls.ControlRefused as exc:

@@ -237,7 +237,8 @@ class Hub:
             case JobProgress():
                 await job_controls.on_progress(self.pool, event)
             case JobControlled():
-                await job_controls.on_controlled(self.pool, link.node_id, event)
+                if await job_controls.on_controlled(self.pool, link.node_id, event):
+                    self.wake()  # a migration called off: the GPUs it held are free
             case InputsStaged():
                 await job_controls.on_inputs_staged(self.pool, link.node_id, event)
             case GpuState():

@@ -148,6 +148,9 @@ async def suspend(
     await _running(pool, row, "suspend")
     if controls_of(row)["suspended"] and (time_slice or time_sliced(row)):
         raise ControlRefused(f"job {row['id']} is suspended already{_sliced_words(row)}")
+    if time_slice and row["migrate_to"] is not None:
+        # It is saving a checkpoint to leave its GPUs (a plan sees it migrating).
+        raise ControlRefused(f"job {row['id']} is migrating to node {row['migrate_to']}")
     _connected(hub, row)
     patch = {"suspended": True, "free_memory": free, "time_sliced": time_slice}
     words = f"suspend asked by {by}"
@@ -219,15 +222,49 @@ def resends_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[Su
 
 
 async def checkpoint(
-    pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, migrate_to: str | None = None
+    pool: asyncpg.Pool,
+    hub: Hub,
+    row: asyncpg.Record,
+    by: str,
+    migrate_to: str | None = None,
+    gpu_uuids: list[str] | None = None,
 ) -> None:
-    """Ask the job to save and exit; with `migrate_to`, it then resumes on that node."""
+    """Ask the job to save and exit; with `migrate_to`, it then resumes on that node
+    (`gpu_uuids`: the GPUs a plan chose there, which snapshots hold for it meanwhile).
+
+    A migration is committed, then sent, so that its checkpointed exit, however soon it
+    comes, finds where the job goes; a send that fails calls it off again. It ends
+    with the run: the exit requeues the job pinned to the node, any other end (or a
+    failed checkpoint, `on_controlled`) drops it. It is not sent again to an agent that
+    reconnects: a shim keeps a checkpoint it was asked for through its agent's restart."""
     await _running(pool, row, "checkpoint")
-    if migrate_to is not None and migrate_to == row["node_id"]:
+    msg = Checkpoint(job_id=row["id"], attempt=row["attempt"])
+    if migrate_to is None:
+        await _send(hub, row, msg)
+        await jobs.note(pool, row["id"], row["attempt"], f"checkpoint asked by {by}")
+        return
+    source = row["node_id"]
+    if migrate_to == source:
         raise ControlRefused(f"job {row['id']} already runs on node {migrate_to}")
-    await _send(hub, row, Checkpoint(job_id=row["id"], attempt=row["attempt"]))
-    what = f"migration to node {migrate_to}" if migrate_to else "checkpoint"
-    await jobs.note(pool, row["id"], row["attempt"], f"{what} asked by {by}", migrate_to=migrate_to)
+    if row["migrate_to"] is not None:
+        raise ControlRefused(f"job {row['id']} is migrating to node {row['migrate_to']} already")
+    _connected(hub, row)
+    words = f"migration from node {source} to node {migrate_to} asked by {by}"
+    if not await jobs.ask_move(pool, row["id"], row["attempt"], words, migrate_to, gpu_uuids):
+        raise ControlRefused(f"cannot migrate job {row['id']}: it changed meanwhile")
+    if not await hub.send(source, msg):
+        why = f"migration to node {migrate_to} called off: node {source} is not connected"
+        await jobs.call_off_move(pool, row["id"], row["attempt"], why)
+        raise ControlRefused(f"node {source} running job {row['id']} is not connected")
+    log.info(
+        "job migrating",
+        job_id=row["id"],
+        attempt=row["attempt"],
+        node_id=source,
+        to_node=migrate_to,
+        gpu_uuids=gpu_uuids,
+        by=by,
+    )
 
 
 async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, node: str) -> None:
@@ -306,16 +343,57 @@ async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
         "mem_reserved_mib": event.mem_reserved_mib,
         "mem_peak_mib": event.mem_peak_mib,
     }
-    await jobs.record_progress(pool, event.job_id, event.attempt, progress)
+    # Mini-batches timed through the shim: it is there, and can save a checkpoint.
+    stepping = event.step_wall_s is not None
+    await jobs.record_progress(pool, event.job_id, event.attempt, progress, stepping)
 
 
-async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> None:
+async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> bool:
+    """Record what the job did about a control. True when a move was called off (its
+    checkpoint failed): the GPUs a migration held are free again, worth a new plan."""
     reason = f"{event.event}: {event.detail}" if event.detail else event.event
+    if event.event == "checkpoint_failed":
+        return await _checkpoint_failed(pool, node_id, event, reason)
     sets: dict[str, Any] = {}
     if event.event == "checkpointed" and event.path is not None:
         sets["checkpoint_path"] = event.path
     if not await jobs.note(pool, event.job_id, event.attempt, reason, **sets):
         log.info("control event for another attempt", job_id=event.job_id, node_id=node_id)
+    return False
+
+
+async def _checkpoint_failed(
+    pool: asyncpg.Pool, node_id: str, event: JobControlled, reason: str
+) -> bool:
+    """The job runs on where it is: the move its checkpoint was for (a migration, a
+    resize) is called off, and it is known not to be checkpointable this attempt when
+    its shim failed to save one (a save error, no save function). When the agent found
+    no shim connected (`step` None: none, or not yet again after an agent restart),
+    that is not known until its shim reports mini-batches again."""
+    row = await jobs.get(pool, event.job_id)
+    if row is None or row["attempt"] != event.attempt:
+        log.info("control event for another attempt", job_id=event.job_id, node_id=node_id)
+        return False
+    dropped = []
+    if row["migrate_to"] is not None:
+        dropped.append(f"migration to node {row['migrate_to']} called off")
+    if row["resize_to"] is not None:
+        dropped.append(f"resize to {row['resize_to']} GPUs called off")
+    words = "; ".join([reason, *dropped])
+    able = False if event.step is not None else None
+    await jobs.call_off_move(
+        pool, row["id"], row["attempt"], words, checkpointable=able, set_checkpointable=True
+    )
+    if row["migrate_to"] is not None:
+        log.info(
+            "migration called off",
+            job_id=row["id"],
+            attempt=row["attempt"],
+            node_id=node_id,
+            to_node=row["migrate_to"],
+            reason=reason,
+        )
+    return row["migrate_to"] is not None
 
 
 async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: JobExited) -> None:
@@ -323,7 +401,7 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
     assert event.checkpoint is not None
     target, gpus = row["migrate_to"], row["resize_to"]
     if target is not None or gpus is not None:
-        moves = [f"to node {target}"] if target is not None else []
+        moves = [f"from node {row['node_id']} to node {target}"] if target is not None else []
         moves += [f"to {gpus} GPUs"] if gpus is not None else []
         why = f"moving {' and '.join(moves)}: resumes from {event.checkpoint}"
         await jobs.transition(

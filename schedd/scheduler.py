@@ -27,6 +27,7 @@ from schedd.policy.actions import (
     Action,
     AdmitDeadline,
     Launch,
+    Migrate,
     Plan,
     Preempt,
     Reserve,
@@ -40,6 +41,7 @@ from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
+    MIGRATING,
     SUSPENDED,
     Gpu,
     Node,
@@ -245,7 +247,7 @@ class Scheduler:
         else:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
-        launched = preempted = deferred = suspended = resumed = 0
+        launched = preempted = deferred = suspended = resumed = migrated = 0
         kinds_changed = False
         reservations: dict[str, Reserve] = {}
         in_flight = self._in_flight
@@ -272,6 +274,7 @@ class Scheduler:
                 kinds_changed |= isinstance(action, SetKind)
                 suspended += isinstance(action, Suspend)
                 resumed += isinstance(action, Resume)
+                migrated += isinstance(action, Migrate)
                 if isinstance(action, AdmitDeadline):
                     waiter = self._deadline_waiters.pop(action.job_id, None)
                     if waiter is not None and not waiter.done():
@@ -315,6 +318,7 @@ class Scheduler:
             preempt_deferred=deferred,
             suspended=suspended,
             resumed=resumed,
+            migrated=migrated,
             reserved=len(reservations),
             waiting=plan.wait_counts(),
             plan_ms=round((planned - started) * 1000, 2),
@@ -510,13 +514,19 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
     # Suspended for time-slicing: its GPUs are another job's until its turn. A job that a
     # user suspended keeps them (its memory is still there; it may resume at any time).
     sliced = row["state"] == JobState.RUNNING and job_controls.time_sliced(row)
+    # Migrating: it saves a checkpoint to move, and holds the GPUs a plan chose for it
+    # there beside its own until it runs there (a user's migration names no GPUs). Its
+    # checkpointed exit requeues it pinned to that node (job_controls).
+    moving = not sliced and row["state"] == JobState.RUNNING and row["migrate_to"] is not None
+    target = tuple(row["migrate_gpu_uuids"] or ()) if moving else ()
+    state = SUSPENDED if sliced else MIGRATING if moving else row["state"]
     return PlacedJob(
         job_id=row["id"],
         user=row["user_name"],
         queue=row["queue"],
         shards=(Shard(row["node_id"], tuple(row["gpu_uuids"])),),
         request=_request(row),
-        state=SUSPENDED if sliced else row["state"],
+        state=state,
         started_at=started,
         priority=row["priority"],
         kind=row["kind"],
@@ -525,6 +535,9 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
         deadline=row["deadline_s"],
         deadline_admitted=row["deadline_admitted"],
         state_since=paused_at if sliced else row["resumed_s"],
+        moving_to=(Shard(row["migrate_to"], target),) if target else (),
+        # Its shim reports mini-batches and no checkpoint of this attempt failed.
+        checkpointable=row["checkpointable"] is True,
     )
 
 

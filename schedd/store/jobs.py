@@ -34,7 +34,8 @@ JOB_COLUMNS = (
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
     " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
-    " deadline_admitted, deadline_reason, prefetched_to, suspended_at, resumed_at, paused_s"
+    " deadline_admitted, deadline_reason, prefetched_to, suspended_at, resumed_at, paused_s,"
+    " migrate_gpu_uuids, checkpointable"
 )
 # What a snapshot takes of every pending and placed job beyond its request: its
 # deadline and answer, and what the resource estimator predicts from.
@@ -193,7 +194,7 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
-        f" {_PLANNING_COLUMNS}, controls, paused_s,"
+        f" {_PLANNING_COLUMNS}, controls, paused_s, migrate_to, migrate_gpu_uuids, checkpointable,"
         " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
         " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
@@ -366,7 +367,12 @@ async def transition(
             "suspended_at = NULL",
             "resumed_at = NULL",
             "paused_s = 0",
+            "checkpointable = NULL",
         ]
+    if to is not JobState.RUNNING:
+        # A move under way ends with the run it was for: requeued to move (its caller
+        # says where to), ended, lost or stopped, the job holds no GPUs to move to.
+        assignments += [f"{c} = NULL" for c in ("migrate_to", "migrate_gpu_uuids") if c not in sets]
     if to is JobState.PENDING:
         sets = {**sets, "node_id": None, "gpu_uuids": [], "started_at": None}
     if to is JobState.RUNNING:
@@ -541,15 +547,86 @@ _NOTE_SETTABLE = {
 
 
 async def record_progress(
-    pool: asyncpg.Pool, job_id: str, attempt: int, progress: dict[str, Any]
+    pool: asyncpg.Pool, job_id: str, attempt: int, progress: dict[str, Any], stepping: bool
 ) -> None:
-    """The job's latest progress; not history (it would be one event a second)."""
+    """The job's latest progress; not history (it would be one event a second).
+    `stepping`: it reported mini-batches through its shim, which can then save a
+    checkpoint on request (unless one already failed this attempt)."""
     await pool.execute(
-        "UPDATE jobs SET progress = $3 WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        "UPDATE jobs SET progress = $3,"
+        " checkpointable = CASE WHEN $4 THEN coalesce(checkpointable, true)"
+        " ELSE checkpointable END"
+        " WHERE id = $1 AND attempt = $2 AND state = 'running'",
         job_id,
         attempt,
         progress,
+        stepping,
     )
+
+
+async def ask_move(
+    pool: asyncpg.Pool,
+    job_id: str,
+    attempt: int,
+    reason: str,
+    node_id: str,
+    gpu_uuids: list[str] | None,
+) -> bool:
+    """Record that the running job is to move to `node_id` once it has saved a
+    checkpoint (onto `gpu_uuids` there, which snapshots hold for it meanwhile; None: a
+    user's migration, which names only the node), and its event, in one statement. Only
+    if it still runs at that attempt and no migration is under way: False otherwise,
+    and nothing changed."""
+    row = await pool.fetchrow(
+        """
+        WITH hit AS (
+            UPDATE jobs SET migrate_to = $4, migrate_gpu_uuids = $5
+            WHERE id = $1 AND attempt = $2 AND state = 'running' AND migrate_to IS NULL
+            RETURNING id, state, attempt, node_id
+        )
+        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        """,
+        job_id,
+        attempt,
+        reason,
+        node_id,
+        gpu_uuids,
+    )
+    return row is not None
+
+
+async def call_off_move(
+    pool: asyncpg.Pool,
+    job_id: str,
+    attempt: int,
+    reason: str,
+    *,
+    checkpointable: bool | None = None,
+    set_checkpointable: bool = False,
+) -> bool:
+    """The checkpoint a move waits for will not come (it failed, or was never sent):
+    the move (a migration's target and GPUs, a resize) is dropped, with its event, in
+    one statement, so that no snapshot holds GPUs for it; with `set_checkpointable`,
+    `checkpointable` is recorded too. False if the job is at another attempt."""
+    row = await pool.fetchrow(
+        """
+        WITH hit AS (
+            UPDATE jobs SET migrate_to = NULL, migrate_gpu_uuids = NULL, resize_to = NULL,
+                checkpointable = CASE WHEN $5 THEN $4 ELSE checkpointable END
+            WHERE id = $1 AND attempt = $2
+            RETURNING id, state, attempt, node_id
+        )
+        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        """,
+        job_id,
+        attempt,
+        reason,
+        checkpointable,
+        set_checkpointable,
+    )
+    return row is not None
 
 
 async def succeeded_mark(pool: asyncpg.Pool) -> tuple[int, str | None]:
@@ -628,6 +705,10 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         out["pinned_to"] = row["pin_node_id"]
     if row["migrate_to"] is not None:
         out["migrating_to"] = row["migrate_to"]
+        if row.get("migrate_gpu_uuids"):  # the GPUs held for it there (a plan's move)
+            out["migrating_to_gpus"] = list(row["migrate_gpu_uuids"])
+    if row.get("checkpointable") is not None:
+        out["checkpointable"] = row["checkpointable"]
     if row.get("prefetched_to") is not None:
         out["inputs_prefetched_to"] = row["prefetched_to"]
     if row["resize_to"] is not None:

@@ -109,6 +109,7 @@ def test_share_suspend_resume_and_migration_of_a_training_job(running: Cluster) 
     moves = [(e["from"], e["to"]) for e in cluster.job(alice, job_id)["events"]]
     assert ("running", "pending") in moves and moves[-1] == ("assigned", "running")
     reasons = " | ".join(e["reason"] for e in cluster.job(alice, job_id)["events"])
-    for words in ("share 25", "suspend asked by alice", f"migration to node {other} asked by"):
+    moved = f"migration from node {first_node} to node {other} asked by alice"
+    for words in ("share 25", "suspend asked by alice", moved):
         assert words in reasons
     assert cluster.curl("POST", f"/v1/jobs/{job_id}/cancel", alice).status == 202

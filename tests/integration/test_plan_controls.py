@@ -46,14 +46,18 @@ async def test_the_plans_controls_reach_the_agent_in_the_schedulers_name(
 
     assert await execute(Migrate(job_id, "n2", ("n2-g0",), "to free node n1 whole"))
     await agent.expect(p.Checkpoint)
-    assert (await jobs.get(pool, job_id))["migrate_to"] == "n2"
+    row = await jobs.get(pool, job_id)
+    assert row is not None
+    assert (row["migrate_to"], row["migrate_gpu_uuids"]) == ("n2", ["n2-g0"])
     # Already on its way: a second migration to where it runs is refused, nothing sent.
     assert not await execute(Migrate(job_id, "n1", ("n1-g0",), "back"))
 
     reasons = [e["reason"] for e in await jobs.events(pool, job_id)]
     assert "share 100, memory cap 4096 MiB, asked by the scheduler: packed beside job 9" in reasons
     assert "suspend asked by the scheduler: its turn is over" in reasons
-    assert "migration to node n2 asked by the scheduler: to free node n1 whole" in reasons
+    assert (
+        "migration from node n1 to node n2 asked by the scheduler: to free node n1 whole" in reasons
+    )
     await agent.close()
 
 

@@ -1,4 +1,5 @@
-"""`schedctl explain`'s words for a suspended job: who suspended it, and what of its GPUs."""
+"""`schedctl explain`'s words for a suspended job (who suspended it, and what of its GPUs)
+and for a migrating one (where to, and the GPUs held there)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def test_a_job_its_user_suspended_keeps_its_gpus() -> None:
     text = explain_text(job(suspended=True, time_sliced=False), REPORT)
     assert "asked by a user: it keeps its GPUs" in text
     assert "suspended" not in explain_text(job(suspended=False), REPORT)
+
+
+def test_a_migrating_job_says_where_it_goes() -> None:
+    moving = {**job(suspended=False), "migrating_to": "n2", "migrating_to_gpus": ["GPU-7"]}
+    text = explain_text(moving, REPORT)
+    assert "migrating to n2 (holding GPU-7 there): saving a checkpoint" in text
+    assert "migrating" not in explain_text(job(suspended=False), REPORT)
