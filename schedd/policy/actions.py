@@ -52,10 +52,14 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """Let a suspended job go on where it was, on the GPUs it was paused on."""
+    """Let a suspended job go on where it was, on the GPUs it was paused on. With
+    `beside`, it runs at once with that job, which holds those GPUs and keeps running
+    (packing): it becomes `packed`. A packed job resumed with no `beside` takes its
+    GPUs as their holder (its partner left)."""
 
     job_id: str
     reason: str
+    beside: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,11 @@ to the job at once (`View.claim`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from schedd.policy.actions import Migrate
 from schedd.policy.placement import node_can_ever_fit
-from schedd.policy.snapshot import GUARANTEED, PlacedJob, Request, Shard, holds_gpus
+from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard, holds_gpus
 from schedd.policy.timeslice import group_sizes, since
 from schedd.policy.view import View
 
@@ -75,6 +77,27 @@ def target(
         if best is not None and best[0] == 0:
             break  # nothing fits better than exactly
     return None if best is None else best[2]
+
+
+_NODES_TRIED = 16
+
+
+def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tuple[str, int]]:
+    """(node, GPUs missing there) for the nodes that could run a waiting job but lack
+    GPUs for it now, those with the most free first (at most 16 tried), none already
+    promised to another job of the plan: where making room for it is weighed."""
+    nodes = sorted(
+        (
+            n
+            for n, cap in view.capacity.items()
+            if n not in promised and node_can_ever_fit(cap.node, job.request) is None
+        ),
+        key=lambda n: (-len(view.usable_gpus(n, job)), n),
+    )[:_NODES_TRIED]
+    for node_id in nodes:
+        missing = job.request.gpus - len(view.usable_gpus(node_id, job))
+        if missing > 0:  # where it fits, it waits for something room does not change
+            yield node_id, missing
 
 
 def take(taken: Taken, shards: tuple[Shard, ...]) -> None:

@@ -21,6 +21,7 @@ from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
     MIGRATING,
     OPPORTUNISTIC,
+    PACKED,
     FreeCapacity,
     Node,
     PlacedJob,
@@ -127,7 +128,7 @@ class PlacedTotals:
         for shard, part in held_parts(job):
             on = self.on_node.setdefault(shard.node_id, {})
             owns = holds_gpus(job)
-            shares = job.kind == OPPORTUNISTIC
+            shares = job.kind == OPPORTUNISTIC or job.state == PACKED  # no third job there
             uuids, before = shard.gpu_uuids, on.get(i)
             if before is not None:  # a move within the node: one part for both
                 uuids = before.gpu_uuids + uuids

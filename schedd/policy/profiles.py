@@ -20,7 +20,7 @@ from schedd.policy.anticipate import (
     relieve,
     shrink,
 )
-from schedd.policy.decide import deadlines
+from schedd.policy.decide import deadlines, pack
 from schedd.policy.decide import timeslice as timeslice_turns
 from schedd.policy.framework import (
     AdmitFn,
@@ -67,9 +67,13 @@ ORDERS: dict[str, OrderFn] = {
 DECIDES: dict[str, DecideFn] = {
     "deadlines": deadlines.decide,
     "timeslice": timeslice_turns.decide,
+    "pack": pack.decide,
 }
 # For each decide plugin, when it could act with no event, jobs waiting or not.
-DECIDE_RECHECKS: dict[str, RecheckFn] = {"timeslice": timeslice_turns.recheck_at}
+DECIDE_RECHECKS: dict[str, RecheckFn] = {
+    "timeslice": timeslice_turns.recheck_at,
+    "pack": pack.recheck_at,
+}
 ANTICIPATES: dict[str, AnticipateFn] = {
     "prefetch": prefetch.anticipate,
     "opportunistic": opportunistic.anticipate,
@@ -252,7 +256,8 @@ BUILTIN: dict[str, ProfileSpec] = {
     ),
     # Gandiva: submission order (jobs that do not fit are passed over), affinity-aware
     # placement, and a job that finds no free GPUs time-slices with a running job of
-    # its GPU count: they take turns by suspend/resume (weighted round-robin); running
+    # its GPU count: they take turns by suspend/resume (weighted round-robin), or run at
+    # once where both use little of the GPUs and their progress shows it pays; running
     # jobs migrate to make room on one node for a waiting job, to GPUs that came free
     # so that a time-sliced pair runs at once, or to bring a job spread over nodes onto
     # one; elastic jobs shrink to make room and grow into idle GPUs; each where the move

@@ -81,3 +81,11 @@ class Settings:
     migrate_cost_s: float = 60.0
     migrate_jobs: int = 4
     spread_speed: float = 0.8
+    # Packing (Gandiva): two jobs taking turns on the same GPUs run at once instead where
+    # their utilisations add up to at most `pack_below_pct`; the pack is undone when
+    # their progress rates (each against its rate alone) add up to less than
+    # `pack_min_progress` (1.0: no better than taking turns). The shell is asked to plan
+    # again `pack_check_s` after a pack, when the rates have been measured.
+    pack_below_pct: float = 90.0
+    pack_min_progress: float = 1.0
+    pack_check_s: float = 300.0

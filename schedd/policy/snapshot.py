@@ -22,6 +22,10 @@ OPPORTUNISTIC = "opportunistic"
 # node's CPUs and memory and the GPUs it resumes on (`shards`), but holds no GPU and no
 # share of its queue's until a `Resume`; another job runs on those GPUs meanwhile.
 SUSPENDED = "suspended"
+# A job packed beside the one that holds its GPUs (Gandiva's packing): a time-sliced job
+# that runs at once with its partner instead of in turns, both using little of the GPUs.
+# It holds no GPU (they stay its partner's) until the partner leaves.
+PACKED = "packed"
 # A job moving to other GPUs (Gandiva's migration), or to another GPU count (its grow or
 # shrink): it saves a checkpoint and exits where it runs, then resumes on
 # `PlacedJob.moving_to`. It holds both sets of GPUs meanwhile (the target's from the
@@ -29,10 +33,13 @@ SUSPENDED = "suspended"
 MIGRATING = "migrating"
 
 
+_SHARING_STATES = frozenset({SUSPENDED, PACKED})
+
+
 def holds_gpus(job: PendingJob | PlacedJob) -> bool:
     """Whether the job's GPUs are its own: false for an opportunistic job, and for a
-    suspended one (its GPUs are another job's until it resumes)."""
-    return job.kind != OPPORTUNISTIC and getattr(job, "state", None) != SUSPENDED
+    suspended or packed one (its GPUs are another job's until it resumes alone)."""
+    return job.kind != OPPORTUNISTIC and getattr(job, "state", None) not in _SHARING_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +183,11 @@ class PlacedJob:
     checkpointable: bool = True
     # An elastic job's GPU counts (least, most); `request.gpus` is what it runs on now.
     gpu_range: tuple[int, int] | None = None
+    # Its progress rate now against its rate alone (1.0: as fast), where the shell
+    # measures it (the mini-batch time); None: not known. Packing reads it.
+    progress_ratio: float | None = None
+    # False once a pack of it was undone in this attempt: it is not packed again.
+    packable: bool = True
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:

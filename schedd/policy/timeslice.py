@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from schedd.policy.snapshot import GUARANTEED, SUSPENDED, PlacedJob, holds_gpus
+from schedd.policy.snapshot import GUARANTEED, PACKED, SUSPENDED, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
 
@@ -62,9 +62,11 @@ def may_take_turns(job: PlacedJob) -> bool:
 
 
 def group_sizes(view: View) -> Counter[tuple[str, ...]]:
-    """Jobs per set of GPUs among the time-sliced ones: the suspended jobs on each set."""
+    """Jobs per set of GPUs among the time-sliced ones, beside the one holding them: the
+    suspended and packed jobs on each set."""
     key = ("timeslice_groups",)
     known = view.memo.get(key)
     if known is None:
         known = view.memo[key] = Counter(j.gpu_uuids for j in suspended_jobs(view))
+        known.update(j.gpu_uuids for j in view.snapshot.placed if j.state == PACKED)
     return known  # type: ignore[return-value]

@@ -216,8 +216,10 @@ class View:
         self._count(job.queue, job.user, job.request.resources(), -1)
 
     def resume(self, job: PlacedJob) -> None:
-        """A suspended job takes its own GPUs again (they are free in this plan)."""
+        """A suspended (or packed) job takes its own GPUs again (they are free in this
+        plan); it takes no other decision this cycle."""
         self.generation += 1
+        self.stopping.add(job.job_id)
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]

@@ -63,6 +63,16 @@ def _speed(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", required=True, metavar="PATH", help="the trace file (CSV)")
     parser.add_argument("--format", required=True, choices=FORMATS, help="the trace's format")
@@ -116,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a further factor for a job whose nodes span racks (--rack-size; default 1.0)",
     )
     locality.add_argument("--no-locality", action="store_true", help="no slowdown at all")
-    costs = parser.add_argument_group("preemption, suspension and migration")
+    costs = parser.add_argument_group("preemption, suspension, migration and resize")
     costs.add_argument(
         "--preempt-overhead",
         type=_seconds,
@@ -138,6 +148,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="a migration takes S seconds end to end, without progress, the job holding"
         " its GPUs and the target's meanwhile (default 30, an assumption)",
+    )
+    costs.add_argument(
+        "--resize-overhead",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="an elastic job's grow or shrink takes S seconds (a restart from its"
+        " checkpoint), without progress, holding its GPUs and the new ones meanwhile"
+        " (default 30, an assumption)",
     )
     costs.add_argument(
         "--checkpoint-interval",
@@ -162,6 +181,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X",
         help="a guaranteed job sharing a GPU with an opportunistic one runs this much"
         " slower (default 0.05, the coordinator's bound)",
+    )
+    parser.add_argument(
+        "--elastic",
+        type=_fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="this fraction of the jobs of more than one GPU are elastic (Gandiva's"
+        " grow/shrink: any count from half their GPUs, rounded up, to all), drawn once per"
+        " job, the same for every profile (default 0; an assumption: no trace says)",
     )
     parser.add_argument(
         "--estimates",
@@ -239,10 +267,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         preempt_overhead_s=args.preempt_overhead,
         suspend_overhead_s=args.suspend_overhead,
         migrate_overhead_s=args.migrate_overhead,
+        resize_overhead_s=args.resize_overhead,
         checkpoint_interval_s=args.checkpoint_interval,
         half_life_s=args.half_life,
         queues=queues,
         sharing=sharing,
+        elastic=args.elastic,
     )
     profiles = [policy.profile(name) for name in names]
     if args.estimates:
@@ -279,10 +309,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "preempt_overhead_s": args.preempt_overhead,
                 "suspend_overhead_s": args.suspend_overhead,
                 "migrate_overhead_s": args.migrate_overhead,
+                "resize_overhead_s": args.resize_overhead,
                 "checkpoint_interval_s": args.checkpoint_interval,
                 "half_life_s": args.half_life,
                 "gpu_util_pct": [low, high],
                 "share_slowdown": args.share_slowdown,
+                "elastic": args.elastic,
                 "estimates": args.estimates,
                 "queues": args.queues,
             },

@@ -1,4 +1,5 @@
-"""Gandiva's job controls in the replay: Suspend and Resume (time-slicing), and Migrate.
+"""Gandiva's job controls in the replay: Suspend and Resume (time-slicing), Migrate, and
+Resize (grow/shrink of elastic jobs).
 
 Functions of the engine's own state, kept apart so that engine.py stays about the loop,
 the views and the common GPU bookkeeping (`Simulation.gpus_change`, `_hold`, `_release`)
@@ -13,14 +14,23 @@ gives its own GPUs up and runs on the target from the saved work, at the localit
 of its new placement: a new run segment, as after a resume. A Stop while it moves
 cancels it when the move is over (as a Stop of a preempting job does), both GPU sets
 held until then.
+
+A resize is a move to another GPU count, on one node: its target is the GPUs it keeps
+(its own) and, for a grow, free ones. At the decision it is a migration's (nothing lost,
+service counted, completion void, `migrating`, charged as before), holding its own GPUs
+and, through `gpus_change`, the new ones. After `SimOptions.resize_overhead_s` it gives
+up those of its own it does not keep and runs on the target: its remaining work scaled
+linearly to the new count (elastic.py), its ledger and usage charged for that count from
+then, its locality speed found again, a new run segment.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from schedd.policy.actions import Migrate, Resume, Suspend
+from schedd.policy.actions import Migrate, Resize, Resume, Suspend
 from schedd.policy.snapshot import Shard
+from schedd.sim.elastic import rescaled
 from schedd.sim.jobs import CANCELLED, MIGRATING, RUNNING, SUSPENDED, SimJob
 
 if TYPE_CHECKING:
@@ -49,7 +59,7 @@ def suspend(sim: Simulation, action: Suspend, now: float) -> bool:
             del holders[uuid]
     sim.ledger.release(job, now)
     job.held_since = None
-    sim.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+    sim.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
     job.suspensions += 1
     _show(sim, job, state=SUSPENDED, state_since=now)
     sim.ledger.actions["Suspend"] += 1
@@ -108,9 +118,62 @@ def migrate(sim: Simulation, action: Migrate, now: float) -> bool:
     return True
 
 
+def resize(sim: Simulation, action: Resize, now: float) -> bool:
+    """Begin restarting an elastic job on `action.gpu_uuids` (module docstring). Refused
+    and counted: a job that is not running or not elastic, a count outside its range or
+    other than the GPUs named, new GPUs a preemption or a move still frees. A policy bug
+    stops the replay: an unknown job or node, GPUs named twice or not all the node's,
+    or one another job of its kind holds."""
+    job = sim._job(action.job_id, "Resize")
+    refusal = _resize_refusal(job, action)
+    if refusal is not None:
+        sim.ledger.refused[refusal] += 1
+        return False
+    target = _checked_shard(
+        sim, f"Resize of job {job.spec.job_id}", action.node_id, action.gpu_uuids
+    )
+    source = sim._uuids(job)
+    own = set(source)
+    new = [u for u in target.gpu_uuids if u not in own]
+    if not sim._gpus_free(job, new, "resize"):
+        return False
+    _save_progress(job, now)
+    job.attempt += 1  # the end of this restart is keyed by it
+    with sim.gpus_change([*source, *new], now):
+        job.state = MIGRATING  # keeps no GPU busy, and is not timed again meanwhile
+        job.moving_to = (target,)
+        holders = sim._holders(job.kind)
+        for uuid in new:
+            holders[uuid] = job
+    job.resizes += 1
+    _show(sim, job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
+    sim.ledger.actions["Resize"] += 1
+    overhead = sim.options.resize_overhead_s
+    if overhead > 0:
+        sim._at(now + overhead, MIGRATE_END, job)
+    else:
+        end_migration(sim, job, now)
+    return True
+
+
+def _resize_refusal(job: SimJob, action: Resize) -> str | None:
+    """Why the resize cannot apply (counted as refused), or None."""
+    if job.state != RUNNING:
+        return f"resize of a {job.state} job"
+    if job.gpu_range is None:
+        return "resize of a job that is not elastic"
+    least, most = job.gpu_range
+    if not least <= action.gpus <= most:
+        return "resize outside the job's GPU range"
+    if action.gpus != len(action.gpu_uuids):
+        return "resize naming more or fewer GPUs than its count"
+    return None
+
+
 def end_migration(sim: Simulation, job: SimJob, now: float) -> None:
-    """The move is over: the job gives its own GPUs up and runs on the target from the
-    work saved when it began (or, stopped meanwhile, gives both up, cancelled)."""
+    """The move (or resize) is over: the job gives up its own GPUs but those it keeps and
+    runs on the target from the work saved when it began, rescaled to the target's count
+    (or, stopped meanwhile, gives both sets up, cancelled)."""
     if job.cancel_when_freed:
         sim._release(job, now)
         sim._end(job, CANCELLED, now)
@@ -118,17 +181,35 @@ def end_migration(sim: Simulation, job: SimJob, now: float) -> None:
     source = sim._uuids(job)  # both sets: its own and the target
     with sim.gpus_change(source, now):
         holders = sim._holders(job.kind)
-        for shard in job.shards:
-            for uuid in shard.gpu_uuids:
+        kept = {u for s in job.moving_to for u in s.gpu_uuids}
+        for uuid in source:
+            if uuid not in kept:
                 del holders[uuid]
         job.shards, job.moving_to = job.moving_to, ()
         job.state = RUNNING
+        gpus = sum(len(s.gpu_uuids) for s in job.shards)
+        if gpus != job.gpus:
+            _recount(sim, job, gpus, now)
         nodes = {s.node_id for s in job.shards}
         racks = {sim._rack[n] for n in nodes}
-        spec = job.spec
-        job.locality_speed = sim.locality.speed(spec.name, spec.gpus, len(nodes), len(racks))
+        job.locality_speed = sim.locality.speed(job.spec.name, gpus, len(nodes), len(racks))
         _new_segment(job, now, progress_at=now)  # timed at its new speed as the GPUs change
-    _show(sim, job, state=RUNNING, state_since=now, moving_to=(), shards=job.shards)
+    request = sim.request(job.gpus)
+    _show(
+        sim, job, state=RUNNING, state_since=now, moving_to=(), shards=job.shards, request=request
+    )
+
+
+def _recount(sim: Simulation, job: SimJob, gpus: int, now: float) -> None:
+    """A resized job runs on `gpus` from now: its work left rescaled (the work is
+    GPU-seconds), its queue's GPU-seconds and usage charged for the new count."""
+    assert job.held_since is not None
+    sim.ledger.release(job, now)  # closes its GPU-seconds at the old count
+    sim.usage.change(job.spec.queue, job.spec.user, gpus - job.gpus, now)
+    job.remaining_s = rescaled(job.remaining_s, job.gpus, gpus)
+    job.gpus = gpus
+    job.held_since = now
+    sim.ledger.hold(job)
 
 
 def _target(sim: Simulation, job: SimJob, action: Migrate) -> Shard:
@@ -136,20 +217,31 @@ def _target(sim: Simulation, job: SimJob, action: Migrate) -> Shard:
     existing node, none its own."""
     uuids = action.gpu_uuids
     what = f"Migrate of job {job.spec.job_id}"
-    if len(uuids) != job.spec.gpus or len(set(uuids)) != len(uuids):
+    if len(uuids) != job.gpus or len(set(uuids)) != len(uuids):
         raise sim.policy_error(
-            f"{what} names {len(uuids)} GPUs ({len(set(uuids))} distinct); it has {job.spec.gpus}"
+            f"{what} names {len(uuids)} GPUs ({len(set(uuids))} distinct); it has {job.gpus}"
         )
-    node = sim.node(action.node_id)
-    if node is None:
-        raise sim.policy_error(f"{what} to unknown node {action.node_id!r}")
-    on_node = {g.uuid for g in node.gpus}
+    target = _checked_shard(sim, what, action.node_id, uuids)
     own = set(sim._uuids(job))
+    for uuid in uuids:
+        if uuid in own:
+            raise sim.policy_error(f"{what} names GPU {uuid}, which it runs on already")
+    return target
+
+
+def _checked_shard(
+    sim: Simulation, what: str, node_id: str | None, uuids: tuple[str, ...]
+) -> Shard:
+    """`uuids` on `node_id`, checked: distinct, all of that node, which exists."""
+    if len(set(uuids)) != len(uuids):
+        raise sim.policy_error(f"{what} names {len(uuids)} GPUs ({len(set(uuids))} distinct)")
+    node = sim.node(node_id) if node_id is not None else None
+    if node is None:
+        raise sim.policy_error(f"{what} to unknown node {node_id!r}")
+    on_node = {g.uuid for g in node.gpus}
     for uuid in uuids:
         if uuid not in on_node:
             raise sim.policy_error(f"{what} names GPU {uuid}, which is not on node {node.node_id}")
-        if uuid in own:
-            raise sim.policy_error(f"{what} names GPU {uuid}, which it runs on already")
     return Shard(node.node_id, tuple(uuids))
 
 
@@ -162,7 +254,7 @@ def _save_progress(job: SimJob, now: float) -> None:
     job.remaining_s = max(0.0, job.remaining_s - done)
     job.progress_at = None
     ran = now - job.started_at
-    job.attained_gpu_s += job.spec.gpus * ran
+    job.attained_gpu_s += job.gpus * ran
     job.run_time_s += ran
     job.timing += 1  # its completion event is void now
 

@@ -8,7 +8,8 @@ pending jobs in submission order), calls `plan`, and applies the Plan. A plan wh
 changes its own view did not show (GPUs freed by a stop or a preemption, a kind
 changed), or that launched from a full pending window, is followed by another at the
 same instant, until one changes nothing (at most `max_rounds`). Gandiva's job controls
-(Suspend, Resume, Migrate) are applied by controls.py.
+(Suspend, Resume, Migrate, Resize) are applied by controls.py; which jobs are elastic,
+and how their work scales with their GPUs, is elastic.py's.
 
 Views handed to the policy are kept between instants and rebuilt only where something
 in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
@@ -32,6 +33,7 @@ from schedd.policy.actions import (
     Plan,
     Preempt,
     Reserve,
+    Resize,
     Resume,
     SetKind,
     Stop,
@@ -49,6 +51,7 @@ from schedd.policy.snapshot import (
 )
 from schedd.sim import controls
 from schedd.sim.cluster import build_nodes
+from schedd.sim.elastic import check_fraction, gpu_range, rescaled
 from schedd.sim.estimates import Estimates
 from schedd.sim.jobs import (
     CANCELLED,
@@ -92,7 +95,15 @@ class SimOptions:
     # How long a move takes end to end (checkpoint, copy, restore), without progress,
     # both GPU sets held: an assumption (Gandiva's moves took seconds to under a minute).
     migrate_overhead_s: float = 30.0
+    # How long a Resize (grow or shrink) takes: the restart from a checkpoint on the new
+    # GPU set, without progress, both sets held; the same assumption as a move's.
+    resize_overhead_s: float = 30.0
     sharing: SharingModel = field(default_factory=SharingModel)
+    # The fraction of the jobs of more than one GPU that are elastic (elastic.py).
+    elastic: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_fraction(self.elastic)
 
 
 class Simulation:
@@ -110,15 +121,17 @@ class Simulation:
         self.nodes = build_nodes(shape)
         self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
         self._node = {n.node_id: n for n in self.nodes}
-        requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
-        sharing = self.options.sharing
+        self._requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
+        sharing, elastic = self.options.sharing, self.options.elastic
         self.jobs = [
             SimJob(
                 i,
                 spec,
-                requests[spec.gpus],
+                self._requests[spec.gpus],
                 spec.duration_s,
+                spec.gpus,
                 utilization_pct=sharing.utilization(i),
+                gpu_range=gpu_range(i, spec.gpus, elastic),
             )
             for i, spec in enumerate(trace.jobs)
         ]
@@ -253,6 +266,8 @@ class Simulation:
         settled: tuple[type, ...] = (Launch, Reserve, AdmitDeadline, Suspend, Resume)
         if self.options.migrate_overhead_s > 0:
             settled = (*settled, Migrate)
+        if self.options.resize_overhead_s > 0:  # a shrink frees GPUs at its end, an event
+            settled = (*settled, Resize)
         return any(not isinstance(a, settled) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
@@ -294,6 +309,7 @@ class Simulation:
                 attained_s=job.attained_gpu_s,
                 deadline=spec.deadline_s,
                 deadline_admitted=job.deadline_admitted,
+                gpu_range=job.gpu_range,
             )
             job.pending_view_version = version
         return job.pending_view
@@ -352,9 +368,9 @@ class Simulation:
     # ---- applying a plan -------------------------------------------------------------
 
     def _apply(self, plan: Plan, now: float) -> bool:
-        """Apply stops, preemptions, suspensions and migrations first (they free GPUs,
-        or take the ones their plan saw free), then resumes, then launches; True when
-        anything changed."""
+        """Apply stops, preemptions, suspensions, migrations and resizes first (they free
+        GPUs, or take the ones their plan saw free), then resumes, then launches; True
+        when anything changed."""
         changed = False
         resumes: list[Resume] = []
         launches: list[Launch] = []
@@ -371,6 +387,8 @@ class Simulation:
                 changed |= controls.suspend(self, action, now)
             elif isinstance(action, Migrate):
                 changed |= controls.migrate(self, action, now)
+            elif isinstance(action, Resize):
+                changed |= controls.resize(self, action, now)
             elif isinstance(action, Reserve):
                 self.ledger.actions["Reserve"] += 1
             elif isinstance(action, AdmitDeadline):
@@ -397,22 +415,34 @@ class Simulation:
     def node(self, node_id: str) -> Node | None:
         return self._node.get(node_id)
 
+    def request(self, gpus: int) -> Request:
+        """One Request object per GPU count (the policy's memo keys on requests)."""
+        known = self._requests.get(gpus)
+        if known is None:
+            known = self._requests[gpus] = Request(gpus, 0.0, 0)
+        return known
+
     def _launch(self, launch: Launch, now: float) -> bool:
         job = self._job(launch.job_id, "Launch")
         name = self.profile.name
         if job.state != PENDING:
             raise SimError(f"policy {name}: Launch of job {job.spec.job_id}, which is {job.state}")
         uuids = launch.gpu_uuids
-        if len(uuids) != job.spec.gpus or len(set(uuids)) != len(uuids):
+        gpus = len(uuids)
+        least, most = job.gpu_range or (job.spec.gpus, job.spec.gpus)
+        if not least <= gpus <= most or len(set(uuids)) != gpus:
+            asks = f"{least} to {most}" if least < most else f"{most}"
             raise SimError(
-                f"policy {name}: Launch of job {job.spec.job_id} names {len(uuids)} GPUs "
-                f"({len(set(uuids))} distinct); it asks for {job.spec.gpus}"
+                f"policy {name}: Launch of job {job.spec.job_id} names {gpus} GPUs "
+                f"({len(set(uuids))} distinct); it asks for {asks}"
             )
         if not self._gpus_free(job, uuids, "launch"):
             return False
         self._dequeue(job)
         job.state = RUNNING
         job.shards = launch.shards
+        job.remaining_s = rescaled(job.remaining_s, job.gpus, gpus)  # the work is GPU-s
+        job.gpus = gpus
         job.started_at = job.held_since = job.progress_at = now
         job.remaining_at_start = job.remaining_s
         job.checkpoint_remaining = None
@@ -421,13 +451,13 @@ class Simulation:
         job.attempt += 1
         nodes = len({s.node_id for s in launch.shards})
         racks = len({self._rack[s.node_id] for s in launch.shards})
-        job.locality_speed = self.locality.speed(job.spec.name, job.spec.gpus, nodes, racks)
+        job.locality_speed = self.locality.speed(job.spec.name, gpus, nodes, racks)
         job.placed_fields = {
             "job_id": job.spec.job_id,
             "user": job.spec.user,
             "queue": job.spec.queue,
             "shards": job.shards,
-            "request": job.request,
+            "request": self.request(gpus),
             "state": RUNNING,
             "started_at": now,
             "estimate_s": self.estimates.of(job.spec),
@@ -435,6 +465,7 @@ class Simulation:
             "deadline_admitted": job.deadline_admitted,
             "kind": job.kind,
             "utilization_pct": job.utilization_pct,
+            "gpu_range": job.gpu_range,
         }
         self._hold(job, now)
         self.ledger.actions["Launch"] += 1
@@ -557,7 +588,7 @@ class Simulation:
         self.holding[job.seq] = job
         self._placed_view = None
         self.ledger.hold(job)
-        self.usage.change(job.spec.queue, job.spec.user, job.spec.gpus, now)
+        self.usage.change(job.spec.queue, job.spec.user, job.gpus, now)
 
     def _release(self, job: SimJob, now: float) -> None:
         """The job gives up what it holds, for good (a migrating job both GPU sets)."""
@@ -572,7 +603,7 @@ class Simulation:
                 job.shards, job.moving_to = (), ()
             self.ledger.release(job, now)
             if job.state in (RUNNING, MIGRATING):  # a preempted job's usage already ended
-                self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+                self.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
         del self.holding[job.seq]
         self._placed_view = None
         job.held_since, job.placed_view = None, None
@@ -597,18 +628,18 @@ class Simulation:
             job.remaining_s = job.remaining_at_start
         job.remaining_s = max(0.0, job.remaining_s)
         job.progress_at = None
-        job.attained_gpu_s += job.spec.gpus * ran
+        job.attained_gpu_s += job.gpus * ran
         job.run_time_s += ran
         job.attempt += 1  # its completion event is void now
         job.timing += 1
         job.pending_view = None
-        self.usage.change(job.spec.queue, job.spec.user, -job.spec.gpus, now)
+        self.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
         job.state = PREEMPTING  # not RUNNING: _release must not charge usage again
 
     def _finish(self, job: SimJob, now: float) -> None:
         assert job.started_at is not None
         ran = now - job.started_at
-        job.attained_gpu_s += job.spec.gpus * ran
+        job.attained_gpu_s += job.gpus * ran
         job.run_time_s += ran
         job.remaining_s = 0.0
         self._release(job, now)
@@ -624,7 +655,7 @@ class Simulation:
         for job in self.holding.values():
             running = job.state == RUNNING and job.started_at is not None
             ran = now - job.started_at if running else 0.0  # type: ignore[operator]
-            yield job.attained_gpu_s + job.spec.gpus * ran
+            yield job.attained_gpu_s + job.gpus * ran
         for job in self.pending.values():
             yield job.attained_gpu_s
 
@@ -648,10 +679,12 @@ class Simulation:
 
     @staticmethod
     def _uuids(job: SimJob) -> list[str]:
-        """The GPUs the job holds (or, suspended, resumes on): a migrating job's both sets."""
+        """The GPUs the job holds (or, suspended, resumes on): a migrating job's both sets
+        (a resizing one's own GPUs once, those it keeps among them)."""
         uuids = [u for s in job.shards for u in s.gpu_uuids]
         if job.moving_to:
-            uuids += [u for s in job.moving_to for u in s.gpu_uuids]
+            own = set(uuids)
+            uuids += [u for s in job.moving_to for u in s.gpu_uuids if u not in own]
         return uuids
 
     @contextmanager

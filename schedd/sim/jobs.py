@@ -4,7 +4,8 @@ future -> pending -> running -> finished
                       running -> preempting -> pending   (Preempt with an overhead)
                       running -> pending                 (Preempt without one)
                       running -> suspended -> running    (Suspend, then Resume: time-slicing)
-                      running -> migrating -> running    (Migrate: to other GPUs after a while)
+                      running -> migrating -> running    (Migrate: to other GPUs after a while;
+                                                          Resize: to another GPU count)
 pending / running / suspended -> cancelled               (Stop, or Preempt without requeue)
                       migrating -> cancelled             (Stop: when the move is over)
 
@@ -17,6 +18,11 @@ A migrating job holds both its own GPUs (`shards`) and those it moves to (`movin
 makes no progress, keeps no GPU busy and is charged usage as one job of its GPUs; when
 the move is over it runs on `moving_to` from the work saved at the decision, a new run
 segment as after a resume.
+
+An elastic job (`gpu_range`, elastic.py) may run on fewer GPUs than its trace's: `gpus`
+is the count it runs on (or last ran on), and `remaining_s` is its work left in seconds
+on that many GPUs at full speed (the work is GPU-seconds: it scales linearly). A Resize
+is a move whose target has another count: when it is over the job runs on that many.
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ class SimJob:
     seq: int  # position in submission order: the pending queue's order
     spec: TraceJob
     request: Request
-    remaining_s: float  # work left, in seconds at full speed
+    remaining_s: float  # work left, in seconds at full speed on `gpus` GPUs
+    # The GPUs it runs on (or last ran on, or its trace's before it starts): the trace's
+    # count but for an elastic job started smaller or resized.
+    gpus: int
     state: str = FUTURE
     # Grows at every start, preemption and migration: stale events are ignored.
     attempt: int = 0
@@ -71,6 +80,8 @@ class SimJob:
     preemptions: int = 0
     suspensions: int = 0
     migrations: int = 0
+    resizes: int = 0
+    gpu_range: tuple[int, int] | None = None  # an elastic job's (least, most) GPUs
     cancel_when_freed: bool = False  # stopped while its preemption or move was under way
     deadline_admitted: bool | None = None  # the policy's AdmitDeadline, if any
     # Views handed to the policy, rebuilt only when something in them changed.

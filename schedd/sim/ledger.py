@@ -72,13 +72,13 @@ class Ledger:
 
     def hold(self, job: SimJob) -> None:
         for name in self._guarded_by(job.spec.queue):
-            self.held_under[name] += job.spec.gpus
+            self.held_under[name] += job.gpus
 
     def release(self, job: SimJob, now: float) -> None:
         assert job.held_since is not None
-        self.queue_gpu_seconds[job.spec.queue] += job.spec.gpus * (now - job.held_since)
+        self.queue_gpu_seconds[job.spec.queue] += job.gpus * (now - job.held_since)
         for name in self._guarded_by(job.spec.queue):
-            self.held_under[name] -= job.spec.gpus
+            self.held_under[name] -= job.gpus
 
     def pending_changed(self, job: SimJob, delta: int) -> None:
         self.pending_jobs += delta

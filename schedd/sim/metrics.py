@@ -119,6 +119,7 @@ class Summary:
     preemptions: int
     suspensions: int
     migrations: int
+    resizes: int
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
     unsupported_actions: dict[str, int]
@@ -202,6 +203,7 @@ def summarize(result: SimResult) -> Summary:
         preemptions=sum(j.preemptions for j in jobs),
         suspensions=sum(j.suspensions for j in jobs),
         migrations=sum(j.migrations for j in jobs),
+        resizes=sum(j.resizes for j in jobs),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),
         unsupported_actions=dict(ledger.unsupported),

@@ -15,7 +15,7 @@ from schedd.sim.traces import Trace
 class JobOutcome:
     job_id: str
     queue: str
-    gpus: int
+    gpus: int  # the trace's (an elastic job may have run on fewer)
     submit_s: float
     state: str  # finished, cancelled, or where it was left (pending: it never got to run)
     first_start_s: float | None
@@ -24,6 +24,7 @@ class JobOutcome:
     preemptions: int
     suspensions: int
     migrations: int
+    resizes: int
 
     @property
     def jct_s(self) -> float | None:
@@ -48,6 +49,7 @@ def outcome_of(job: SimJob) -> JobOutcome:
         preemptions=job.preemptions,
         suspensions=job.suspensions,
         migrations=job.migrations,
+        resizes=job.resizes,
     )
 
 

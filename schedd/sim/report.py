@@ -73,6 +73,10 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         headers.append("migrations")
         for row, s in zip(rows, summaries, strict=True):
             row.append(f"{s.migrations:,}")
+    if any(s.resizes for s in summaries):  # only profiles that grow or shrink jobs
+        headers.append("resizes")
+        for row, s in zip(rows, summaries, strict=True):
+            row.append(f"{s.resizes:,}")
     if any(s.deadline_jobs for s in summaries):
         headers.append(f"best-effort avg JCT ({unit})")
         for row, s in zip(rows, summaries, strict=True):

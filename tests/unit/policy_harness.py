@@ -22,6 +22,7 @@ from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
+    PACKED,
     SUSPENDED,
     Gpu,
     Node,
@@ -168,9 +169,13 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     kinds.update({a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)})
     placed_by_id = {j.job_id: j for j in snap.placed}
     paused = {a.job_id for a in plan.actions if isinstance(a, Suspend)}
-    resumed = {a.job_id for a in plan.actions if isinstance(a, Resume)}
-    assert all(placed_by_id[j].state == "running" for j in paused), "a pause of a job not running"
-    assert all(placed_by_id[j].state == SUSPENDED for j in resumed), "a resume of a job not paused"
+    resumed = {a.job_id for a in plan.actions if isinstance(a, Resume) and a.beside is None}
+    packs = {a.job_id: a.beside for a in plan.actions if isinstance(a, Resume) and a.beside}
+    assert all(placed_by_id[j].state in ("running", PACKED) for j in paused), "pause of what?"
+    assert all(placed_by_id[j].state in (SUSPENDED, PACKED) for j in resumed), "resume of what?"
+    for job_id, beside in packs.items():  # packed: it runs beside the GPUs' holder
+        assert placed_by_id[job_id].state == SUSPENDED and beside not in paused
+        assert placed_by_id[job_id].gpu_uuids == placed_by_id[beside].gpu_uuids
     used = [
         u
         for j in snap.placed

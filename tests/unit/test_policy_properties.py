@@ -21,6 +21,7 @@ from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     MIGRATING,
+    PACKED,
     SUSPENDED,
     PendingJob,
     PlacedJob,
@@ -84,6 +85,19 @@ def clusters(draw: st.DrawFn) -> Snapshot:
         if free[k] and draw(st.integers(0, 3)) == 0:
             running.append(placed(f"alone{k}", n, free[k][:1], state=SUSPENDED))
             free[k] = free[k][1:]
+    # Packed (Gandiva's packing): running beside the job that holds its GPUs, each with
+    # a utilisation and a progress rate.
+    for i, job in enumerate(list(running)):
+        if job.state == "running" and draw(st.integers(0, 4)) == 0:
+            util = draw(st.sampled_from([None, 20, 60]))
+            rate = draw(st.sampled_from([None, 0.3, 0.9]))
+            running[i] = dataclasses.replace(job, utilization_pct=util, progress_ratio=rate)
+            running.append(
+                dataclasses.replace(
+                    job, job_id=f"{job.job_id}p", state=PACKED, utilization_pct=util,
+                    progress_ratio=rate, state_since=9_000.0,
+                )
+            )  # fmt: skip
     # Moving (Gandiva's migration): a running job that holds free GPUs of another node too.
     for i, job in enumerate(running):
         k = draw(st.integers(0, len(nodes) - 1))
@@ -136,7 +150,8 @@ def test_time_slicing_never_gives_a_gpu_twice(snap: Snapshot, now: float) -> Non
     """Turns and oversubscription: after the plan's suspends and resumes, every GPU has
     one guaranteed job running at most; only running jobs are paused, only paused ones
     resumed."""
-    plan = policy.profile("gandiva").plan(snap, now)
+    spec = dataclasses.replace(BUILTIN["gandiva"], decide=("timeslice", "pack"))
+    plan = policy.build("gandiva", spec).plan(snap, now)
     assert_valid(snap, plan)
 
 

@@ -4,24 +4,24 @@ to having them, if what it gains is worth what the moves cost.
 
 After the cycle's decisions, for the first `migrate_jobs` jobs waiting for capacity: the
 nodes that could run the job are tried, those with the most free GPUs first (at most
-`_NODES_TRIED`); on each, the running jobs that may move (`migration.movable`) are
-taken, the largest first, until the GPUs missing there are covered, each to the node it
-fits best elsewhere. The cheapest such set wins if the job's GPUs x its expected wait
-(until enough GPUs free up by the running jobs' estimates; `default_estimate_s` if none
-can be foreseen) exceed the moved GPUs x `migrate_cost_s`. The movers hold their new
-GPUs from now; the waiting job starts when they have left.
+16: `migration.short_nodes`); on each, the running jobs that may move
+(`migration.movable`) are taken, the largest first, until the GPUs missing there are
+covered, each to the node it fits best elsewhere. The cheapest such set wins if the
+job's GPUs x its expected wait (until enough GPUs free up by the running jobs'
+estimates; `default_estimate_s` if none can be foreseen) exceed the moved GPUs x
+`migrate_cost_s`. The movers hold their new GPUs from now; the waiting job starts when
+they have left.
 """
 
 from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
-from schedd.policy.placement import needs_spreading, node_can_ever_fit
+from schedd.policy.placement import needs_spreading
 from schedd.policy.reservation import reservation_for
 from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus
 from schedd.policy.view import View
 
-_NODES_TRIED = 16
 Moves = list[tuple[PlacedJob, tuple[Shard, ...]]]
 
 
@@ -69,21 +69,9 @@ def waiting_for_room(view: View, plan: Plan) -> list[PendingJob]:
 def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Moves] | None:
     """(node, moves): the fewest GPUs moved to make the job fit on one node (not one
     already promised to another job)."""
-    need = job.request.gpus
-    nodes = sorted(
-        (
-            n
-            for n, cap in view.capacity.items()
-            if n not in promised and node_can_ever_fit(cap.node, job.request) is None
-        ),
-        key=lambda n: (-len(view.usable_gpus(n, job)), n),
-    )[:_NODES_TRIED]
     best: tuple[int, str, Moves] | None = None
-    for node_id in nodes:
+    for node_id, missing in migration.short_nodes(job, view, promised):
         cap = view.capacity[node_id]
-        missing = need - len(view.usable_gpus(node_id, job))
-        if missing <= 0:
-            continue  # it fits there: it waits for something moving does not change
         moves = _moves_off(node_id, missing, view, promised)
         if moves is None:
             continue

@@ -15,11 +15,9 @@ from __future__ import annotations
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan, Resize
 from schedd.policy.anticipate.defragment import expected_wait, waiting_for_room
-from schedd.policy.placement import node_can_ever_fit
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
-_NODES_TRIED = 16
 Shrinks = list[tuple[PlacedJob, int]]  # (job, GPUs it keeps)
 
 
@@ -54,20 +52,8 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
 
 
 def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shrinks] | None:
-    need = job.request.gpus
-    nodes = sorted(
-        (
-            n
-            for n, cap in view.capacity.items()
-            if n not in promised and node_can_ever_fit(cap.node, job.request) is None
-        ),
-        key=lambda n: (-len(view.usable_gpus(n, job)), n),
-    )[:_NODES_TRIED]
     best: tuple[int, str, Shrinks] | None = None
-    for node_id in nodes:
-        missing = need - len(view.usable_gpus(node_id, job))
-        if missing <= 0:
-            continue
+    for node_id, missing in migration.short_nodes(job, view, promised):
         shrinks = _shrinks_on(node_id, missing, view)
         if shrinks is None:
             continue

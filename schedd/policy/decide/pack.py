@@ -1,0 +1,102 @@
+"""Packing (Gandiva): two jobs taking turns on the same GPUs, each keeping them little
+busy, run at once instead; the pack is undone when their measured progress shows it
+hurts.
+
+Once per cycle, after the turns (`decide.timeslice`):
+- a packed job whose partner is gone (its GPUs are free) takes them as their holder
+  (`Resume`, no `beside`);
+- a packed pair whose progress rates (each against its rate alone, as the shell measures
+  them) add up to less than `pack_min_progress` is unpacked: the packed job is suspended
+  and the turns go on; the shell records that it is not to be packed again this attempt
+  (`packable`);
+- a suspended job and the one job running on its very GPUs, neither unpacked before,
+  whose utilisations (`utilization_pct`, the shell's figure; a job without one is not
+  packed) add up to at most `pack_below_pct`, are packed: the suspended job resumes
+  beside the running one (`Resume` with `beside`).
+A plan that packs asks to be made again `pack_check_s` later, when the rates are known.
+"""
+
+from __future__ import annotations
+
+from schedd.policy.actions import Action, Resume, Suspend
+from schedd.policy.snapshot import PACKED, PlacedJob, holds_gpus
+from schedd.policy.timeslice import may_take_turns, suspended_jobs
+from schedd.policy.view import View
+
+_PACKED_NOW = ("packed_now",)
+
+
+def decide(view: View) -> list[Action]:
+    placed = view.snapshot.placed
+    packed = [j for j in placed if j.state == PACKED]
+    waiting = [j for j in suspended_jobs(view) if j.job_id not in view.stopping]
+    if not packed and not waiting:
+        return []
+    holder = {u: j for j in placed if holds_gpus(j) for u in j.gpu_uuids}
+    actions: list[Action] = []
+    for job in packed:
+        partner = _partner(job, holder, view)
+        if partner is None:
+            free = {g.uuid for s in job.shards for g in view.capacity[s.node_id].free_gpus}
+            if free.issuperset(job.gpu_uuids):
+                view.resume(job)
+                actions.append(Resume(job.job_id, "its packed partner left: its GPUs are its own"))
+            continue
+        rates = (job.progress_ratio, partner.progress_ratio)
+        if None not in rates and sum(rates) < view.settings.pack_min_progress:  # type: ignore[arg-type]
+            view.stopping.add(job.job_id)
+            actions.append(
+                Suspend(
+                    job.job_id,
+                    f"packed with job {partner.job_id}, the two ran at {rates[0]:.2f} and"
+                    f" {rates[1]:.2f} of their speed alone: worse than taking turns",
+                )
+            )
+    for job in waiting:
+        partner = _partner(job, holder, view)
+        if partner is None or not _packable(job, partner, view):
+            continue
+        view.stopping.update((job.job_id, partner.job_id))  # one pack each, this cycle
+        view.memo[_PACKED_NOW] = True
+        actions.append(
+            Resume(
+                job.job_id,
+                f"packed beside job {partner.job_id}: together they use about"
+                f" {job.utilization_pct + partner.utilization_pct}% of the GPUs",  # type: ignore[operator]
+                beside=partner.job_id,
+            )
+        )
+    return actions
+
+
+def _partner(job: PlacedJob, holder: dict[str, PlacedJob], view: View) -> PlacedJob | None:
+    """The one job that holds the job's very GPUs, if it is running and may share."""
+    holders = {holder[u].job_id: holder[u] for u in job.gpu_uuids if u in holder}
+    if len(holders) != 1:
+        return None
+    (partner,) = holders.values()
+    if partner.gpu_uuids != job.gpu_uuids or not may_take_turns(partner):
+        return None
+    return partner
+
+
+def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
+    if not (job.packable and partner.packable) or partner.job_id in view.stopping:
+        return False
+    if job.utilization_pct is None or partner.utilization_pct is None:
+        return False
+    return job.utilization_pct + partner.utilization_pct <= view.settings.pack_below_pct
+
+
+def recheck_at(view: View) -> float | None:
+    """`pack_check_s` after each pack (this plan's included), when its rates may say to
+    undo it."""
+    check = view.settings.pack_check_s
+    if view.memo.get(_PACKED_NOW):
+        return view.now + check
+    times = [
+        j.state_since + check
+        for j in view.snapshot.placed
+        if j.state == PACKED and j.state_since is not None and j.state_since + check > view.now
+    ]
+    return min(times, default=None)

@@ -1,0 +1,76 @@
+"""Packing (Gandiva): jobs taking turns that each use little of their GPUs run at once,
+and go back to turns when their measured progress shows packing hurts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedd.policy import build
+from schedd.policy.actions import Plan, Resume, Suspend
+from schedd.policy.profiles import BUILTIN
+from schedd.policy.snapshot import PACKED, SUSPENDED, PlacedJob, Snapshot
+from tests.unit.policy_harness import assert_valid, launches, node, pending, run, snapshot
+from tests.unit.policy_harness import placed as placed_job
+
+N = node("n", 1)
+
+
+def job(job_id: str, state: str = "running", util: int | None = 30, **kw: object) -> PlacedJob:
+    return dataclasses.replace(
+        placed_job(job_id, N, [0], estimate_s=50_000.0, utilization_pct=util),
+        state=state,
+        state_since=kw.pop("since", 900.0),  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def gandiva(snap: Snapshot, now: float) -> Plan:
+    """The gandiva profile with packing on."""
+    spec = dataclasses.replace(BUILTIN["gandiva"], decide=("timeslice", "pack"))
+    plan = build("gandiva", spec).plan(snap, now)
+    assert_valid(snap, plan)
+    return plan
+
+
+def acts(plan: Plan) -> list[tuple[str, str, str | None]]:
+    return [
+        (type(a).__name__, a.job_id, getattr(a, "beside", None))
+        for a in plan.actions
+        if isinstance(a, Resume | Suspend)
+    ]
+
+
+def test_two_little_used_jobs_taking_turns_run_at_once() -> None:
+    snap = snapshot([N], [], [job("a", util=40), job("s", SUSPENDED, util=30)])
+    plan = gandiva(snap, now=1000.0)
+    assert acts(plan) == [("Resume", "s", "a")]
+    assert "about 70% of the GPUs" in plan.actions[0].reason  # type: ignore[union-attr]
+    assert plan.recheck_at == 1000.0 + 300.0  # to read their progress then
+    # Busier together than the mark, or a figure not known: they keep taking turns.
+    busy = snapshot([N], [], [job("a", util=70), job("s", SUSPENDED, util=30)])
+    assert acts(gandiva(busy, now=1000.0)) == []
+    unknown = snapshot([N], [], [job("a", util=None), job("s", SUSPENDED, util=30)])
+    assert acts(gandiva(unknown, now=1000.0)) == []
+    # Other profiles neither turn nor pack.
+    assert acts(run("default", snap, now=1000.0)) == []
+
+
+def test_a_pack_whose_progress_is_worse_than_turns_is_undone_and_not_made_again() -> None:
+    hurt = [job("a", progress_ratio=0.5), job("p", PACKED, progress_ratio=0.4)]
+    plan = gandiva(snapshot([N], [], hurt), now=1500.0)
+    assert acts(plan) == [("Suspend", "p", None)]
+    assert "ran at 0.40 and 0.50 of their speed alone" in plan.actions[0].reason  # type: ignore[union-attr]
+    fine = [job("a", progress_ratio=0.8), job("p", PACKED, progress_ratio=0.7)]
+    assert acts(gandiva(snapshot([N], [], fine), now=1500.0)) == []
+    # Once undone (the shell records it), the same job is not packed again.
+    undone = [job("a"), job("p", SUSPENDED, packable=False)]
+    assert acts(gandiva(snapshot([N], [], undone), now=1000.0)) == []
+
+
+def test_a_packed_job_whose_partner_left_takes_the_gpus_as_its_own() -> None:
+    plan = gandiva(snapshot([N], [pending("new")], [job("p", PACKED)]), now=1500.0)
+    assert acts(plan) == [("Resume", "p", None)]
+    assert plan.waiting["new"].code == "no_capacity"  # the GPU is p's, not free
+    # Meanwhile a packed job holds no GPU: another profile sees its GPU as free.
+    plan = run("default", snapshot([N], [pending("new")], [job("p", PACKED)]), now=1500.0)
+    assert launches(plan)["new"].gpu_uuids == ("n-g0",)
