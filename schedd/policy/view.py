@@ -119,9 +119,13 @@ class View:
 
     def remaining(self, job: PendingJob | PlacedJob) -> float:
         """Seconds of running left by its estimate (SRTF, deadlines): the estimate less
-        the time its attained GPU-seconds stand for."""
-        done = self.attained(job) / job.request.gpus if job.request.gpus else 0.0
-        return max(self.estimate(job) - done, 0.0)
+        the time its attained GPU-seconds stand for. The estimate is of a run on all the
+        GPUs it may use: an elastic job on fewer has that work left at its count now."""
+        gpus = job.request.gpus
+        if not gpus:
+            return self.estimate(job)
+        most = job.gpu_range[1] if job.gpu_range is not None else gpus
+        return max((self.estimate(job) * most - self.attained(job)) / gpus, 0.0)
 
     def started(self, job: PlacedJob) -> float:
         """When the job's current attempt started (now, if it has not yet)."""

@@ -47,7 +47,7 @@ def test_an_elastic_job_grows_into_idle_gpus_when_nobody_waits() -> None:
     waiting = pending("w", 4)
     plan = run("gandiva", snapshot([n], [waiting], [small]), now=1000.0)  # type: ignore[list-item]
     assert resizes(plan) == {}
-    ending = dataclasses.replace(small, estimate_s=100.0)
+    ending = dataclasses.replace(small, estimate_s=50.0)  # 50 s x 4 GPUs of work: 100 s on 2
     assert resizes(run("gandiva", snapshot([n], [], [ending]), now=1000.0)) == {}
     assert resizes(run("default", snapshot([n], [], [small]), now=1000.0)) == {}  # type: ignore[list-item]
 
