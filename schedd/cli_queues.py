@@ -84,13 +84,28 @@ def explain_text(job: dict[str, Any], report: dict[str, Any]) -> str:
             else "asked by a user: it keeps its GPUs until resumed"
         )
         lines.append(f"suspended since {job.get('suspended_at', '?')}, {how}")
-    if job["state"] == "running" and job.get("migrating_to"):
+    if job["state"] == "running" and controls.get("packed") and not controls.get("suspended"):
+        lines.append(
+            f"packed beside job {controls.get('packed_beside', '?')} since"
+            f" {job.get('resumed_at', '?')}: the two run at once on its GPUs"
+        )
+    if job["state"] == "running" and job.get("resizing_to") is not None:
+        held = job.get("resizing_to_gpus")
+        on = f" ({', '.join(held)})" if held else ""
+        lines.append(
+            f"resizing to {job['resizing_to']} GPUs{on}: saving a checkpoint, then it"
+            " restarts from it"
+        )
+    elif job["state"] == "running" and job.get("migrating_to"):
         held = job.get("migrating_to_gpus")
         there = f" (holding {', '.join(held)} there)" if held else ""
         lines.append(
             f"migrating to {job['migrating_to']}{there}: saving a checkpoint, then it"
             " resumes there from it"
         )
+    if job.get("gpu_range"):
+        least, most = job["gpu_range"]
+        lines.append(f"elastic: {least} to {most} GPUs, on {job.get('gpus', '?')} now")
     lines.append(f"attempt {job['attempt']}, {job.get('attained_gpu_s', 0):g} GPU-seconds so far")
     mine = [q for q in report["queues"] if q["name"] == job["queue"]]
     lines.append("")

@@ -103,7 +103,9 @@ class Executor:
                     # with SIGSTOP and keeps it), and only the scheduler resumes it.
                     await job_controls.suspend(pool, hub, row, by, free=True, time_slice=True)
                 case Resume():
-                    await job_controls.resume(pool, hub, row, by, time_slice=True)
+                    await job_controls.resume(
+                        pool, hub, row, by, time_slice=True, beside=action.beside
+                    )
                 case Migrate():
                     # Its target GPUs are recorded with it: snapshots hold them for the
                     # job while it saves its checkpoint (it may resume on others there).
@@ -112,7 +114,13 @@ class Executor:
                         pool, hub, row, by, migrate_to=action.node_id, gpu_uuids=target
                     )
                 case Resize():
-                    await job_controls.resize(pool, hub, row, by, action.gpus)
+                    # Like a migration: the GPUs it restarts on (its own and free ones for
+                    # a grow, some of its own for a shrink) are recorded with it, and its
+                    # checkpointed exit requeues it pinned to the node with the new count.
+                    uuids = list(action.gpu_uuids) if action.gpu_uuids else None
+                    await job_controls.resize(
+                        pool, hub, row, by, action.gpus, action.node_id, uuids
+                    )
         except job_controls.ControlRefused as exc:
             log.info("control not carried out", action=type(action).__name__, job_id=row["id"],
                      reason=str(exc))  # fmt: skip
@@ -132,6 +140,8 @@ class Executor:
             action.reason,
             node_id=shard.node_id,
             gpu_uuids=list(shard.gpu_uuids),
+            # The count it runs on: an elastic job may start on fewer than it asked for.
+            gpus=len(shard.gpu_uuids),
         )
         if not moved.ok:
             return False

@@ -66,6 +66,23 @@ def time_sliced(row: asyncpg.Record) -> bool:
     return bool(controls["suspended"] and controls.get("time_sliced"))
 
 
+def packed_beside(row: asyncpg.Record) -> str | None:
+    """The job a time-sliced job runs beside, packed (Gandiva): it resumed without its
+    partner being suspended, and the two run at once on the partner's GPUs; None: not
+    packed."""
+    controls = controls_of(row)
+    if controls["suspended"] or not controls.get("packed"):
+        return None
+    return str(controls.get("packed_beside") or "?")
+
+
+def _packed_words(row: asyncpg.Record, partner: str) -> str:
+    return (
+        f"job {row['id']} is packed beside job {partner}: the scheduler runs the two at once,"
+        " and suspends it when they are better off taking turns"
+    )
+
+
 def _connected(hub: Hub, row: asyncpg.Record) -> None:
     if row["node_id"] not in hub.links:
         raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
@@ -148,12 +165,20 @@ async def suspend(
     await _running(pool, row, "suspend")
     if controls_of(row)["suspended"] and (time_slice or time_sliced(row)):
         raise ControlRefused(f"job {row['id']} is suspended already{_sliced_words(row)}")
-    if time_slice and row["migrate_to"] is not None:
+    if time_slice and (row["migrate_to"] is not None or row["resize_to"] is not None):
         # It is saving a checkpoint to leave its GPUs (a plan sees it migrating).
-        raise ControlRefused(f"job {row['id']} is migrating to node {row['migrate_to']}")
+        raise ControlRefused(f"job {row['id']} is {_moving_words(row)}")
+    partner = packed_beside(row)
+    if partner is not None and not time_slice:
+        raise ControlRefused(_packed_words(row, partner))
     _connected(hub, row)
-    patch = {"suspended": True, "free_memory": free, "time_sliced": time_slice}
+    patch: dict[str, Any] = {"suspended": True, "free_memory": free, "time_sliced": time_slice}
     words = f"suspend asked by {by}"
+    if partner is not None:
+        # Its pack is undone: it takes turns with its partner again, and is not packed
+        # again in this attempt (a new placement clears the controls).
+        patch |= {"packed": False, "packed_beside": None, "packable": False}
+        words += f" (pack beside job {partner} undone; not packed again this attempt)"
     if not await jobs.set_suspended(
         pool, row["id"], row["attempt"], True, patch, words, not_suspended=time_slice
     ):
@@ -167,13 +192,27 @@ def _sliced_words(row: asyncpg.Record) -> str:
     return " (time-sliced: it takes turns on its GPUs)" if time_sliced(row) else ""
 
 
+def _moving_words(row: asyncpg.Record) -> str:
+    if row["resize_to"] is not None:
+        return f"resizing to {row['resize_to']} GPUs"
+    return f"migrating to node {row['migrate_to']}"
+
+
 async def resume(
-    pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, time_slice: bool = False
+    pool: asyncpg.Pool,
+    hub: Hub,
+    row: asyncpg.Record,
+    by: str,
+    time_slice: bool = False,
+    beside: str | None = None,
 ) -> bool:
     """A suspended job goes on; a checkpointed one is requeued. True if it was requeued.
 
     A time-sliced job is resumed by the scheduler alone (`time_slice`), at its turn: a
-    user's resume would run it beside the job that has its GPUs meanwhile."""
+    user's resume would run it beside the job that has its GPUs meanwhile. `beside`
+    (packing): it resumes while that job runs on the same GPUs, and is `packed`
+    until it is suspended again or takes the GPUs as their holder (a resume of a packed
+    job: its partner left, and it runs already, so nothing is sent)."""
     if row["state"] == JobState.CHECKPOINTED:
         why = f"requeued by {by} to resume from {row['checkpoint_path']}"
         moved = await jobs.transition(
@@ -183,6 +222,14 @@ async def resume(
             raise ControlRefused(f"cannot resume job {row['id']}: {moved.detail}")
         return True
     await _running(pool, row, "resume")
+    partner = packed_beside(row)
+    if partner is not None:
+        if not time_slice or beside is not None:
+            raise ControlRefused(_packed_words(row, partner))
+        words = f"takes its GPUs as their holder, asked by {by}"
+        if not await jobs.hold_gpus(pool, row["id"], row["attempt"], words):
+            raise ControlRefused(f"cannot resume job {row['id']}: it changed meanwhile")
+        return False
     if time_slice != time_sliced(row):
         if time_slice:
             raise ControlRefused(f"job {row['id']} is not suspended for time-slicing")
@@ -190,16 +237,38 @@ async def resume(
             f"job {row['id']} is time-sliced: it takes turns on its GPUs with another job,"
             " and the scheduler resumes it at its turn"
         )
+    if beside is not None:
+        await _may_pack_beside(pool, row, beside)
     _connected(hub, row)
-    patch = {"suspended": False, "free_memory": False, "time_sliced": False}
+    patch: dict[str, Any] = {"suspended": False, "free_memory": False, "time_sliced": False}
     words = f"resume asked by {by}"
+    if beside is not None:
+        patch |= {"packed": True, "packed_beside": beside}
+        words = f"resume beside job {beside} (packed: the two run at once) asked by {by}"
     if not await jobs.set_suspended(
         pool, row["id"], row["attempt"], False, patch, words, sliced=time_slice
     ):
         raise ControlRefused(f"cannot resume job {row['id']}: it changed meanwhile")
     if not await hub.send(row["node_id"], Resume(job_id=row["id"], attempt=row["attempt"])):
         log.warning("resume not sent: node away, sent when it reconnects", job_id=row["id"])
+    if beside is not None:
+        log.info("job packed", job_id=row["id"], attempt=row["attempt"], beside=beside, by=by)
     return False
+
+
+async def _may_pack_beside(pool: asyncpg.Pool, row: asyncpg.Record, beside: str) -> None:
+    """A job is packed only beside one that runs, not suspended, on its very GPUs."""
+    partner = await jobs.get(pool, beside)
+    if (
+        partner is None
+        or partner["state"] != JobState.RUNNING
+        or controls_of(partner)["suspended"]
+        or partner["node_id"] != row["node_id"]
+        or sorted(partner["gpu_uuids"]) != sorted(row["gpu_uuids"])
+    ):
+        raise ControlRefused(
+            f"cannot pack job {row['id']} beside job {beside}: that job does not run on its GPUs"
+        )
 
 
 def resends_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[Suspend | Resume]:
@@ -246,8 +315,8 @@ async def checkpoint(
     source = row["node_id"]
     if migrate_to == source:
         raise ControlRefused(f"job {row['id']} already runs on node {migrate_to}")
-    if row["migrate_to"] is not None:
-        raise ControlRefused(f"job {row['id']} is migrating to node {row['migrate_to']} already")
+    if row["migrate_to"] is not None or row["resize_to"] is not None:
+        raise ControlRefused(f"job {row['id']} is {_moving_words(row)} already")
     _connected(hub, row)
     words = f"migration from node {source} to node {migrate_to} asked by {by}"
     if not await jobs.ask_move(pool, row["id"], row["attempt"], words, migrate_to, gpu_uuids):
@@ -285,12 +354,34 @@ async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, n
     )
 
 
-async def resize(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, gpus: int) -> None:
+async def resize(
+    pool: asyncpg.Pool,
+    hub: Hub,
+    row: asyncpg.Record,
+    by: str,
+    gpus: int,
+    node_id: str | None = None,
+    gpu_uuids: list[str] | None = None,
+) -> None:
     """Restart the job with `gpus` GPUs from its checkpoint: a running job saves one first;
-    a checkpointed job is requeued with the new count at once."""
-    if row["gpus"] == gpus:
-        raise ControlRefused(f"job {row['id']} already has {gpus} GPUs")
+    a checkpointed job is requeued with the new count at once. An elastic job's count
+    stays within its range (`min_gpus` to the spec's `gpus`).
+
+    With `node_id` (a plan's grow or shrink), the job restarts on that node, pinned to it,
+    and `gpu_uuids` (the GPUs the plan chose there: its own and free ones for a grow, a
+    subset of its own for a shrink) are held for it meanwhile, as a migration's target
+    is: snapshots show it migrating. A user's resize names only the count; the job
+    restarts wherever it fits. Committed, then sent, so that the checkpointed exit,
+    however soon it comes, finds the new count; a send that fails calls it off again,
+    and so does a failed checkpoint (`on_controlled`)."""
+    least, most = row["min_gpus"], row["max_gpus"]
+    if least is not None and not least <= gpus <= most:
+        raise ControlRefused(
+            f"job {row['id']} is elastic from {least} to {most} GPUs: cannot resize it to {gpus}"
+        )
     if row["state"] == JobState.CHECKPOINTED:
+        if row["gpus"] == gpus:
+            raise ControlRefused(f"job {row['id']} already has {gpus} GPUs")
         why = f"resized to {gpus} GPUs by {by}: resumes from {row['checkpoint_path']}"
         moved = await jobs.transition(
             pool, row["id"], JobState.PENDING, why, only_from=(JobState.CHECKPOINTED,), gpus=gpus
@@ -299,9 +390,38 @@ async def resize(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, gpu
             raise ControlRefused(f"cannot resize job {row['id']}: {moved.detail}")
         return
     await _running(pool, row, "resize")
-    await _send(hub, row, Checkpoint(job_id=row["id"], attempt=row["attempt"]))
-    await jobs.note(
-        pool, row["id"], row["attempt"], f"resize to {gpus} GPUs asked by {by}", resize_to=gpus
+    source = row["node_id"]
+    if row["gpus"] == gpus and node_id in (None, source):
+        raise ControlRefused(f"job {row['id']} already has {gpus} GPUs")
+    if gpu_uuids is not None and len(gpu_uuids) != gpus:
+        raise ControlRefused(f"cannot resize job {row['id']} to {gpus} GPUs on {len(gpu_uuids)}")
+    if row["migrate_to"] is not None or row["resize_to"] is not None:
+        raise ControlRefused(f"job {row['id']} is {_moving_words(row)} already")
+    if controls_of(row)["suspended"] or packed_beside(row) is not None:
+        # It saves its checkpoint at a step boundary, which a paused job never reaches;
+        # a time-sliced or packed one does not hold the GPUs it runs on.
+        raise ControlRefused(f"cannot resize job {row['id']}: it is suspended or packed")
+    _connected(hub, row)
+    where = "" if node_id is None else f" on node {node_id}"
+    words = f"resize from {row['gpus']} to {gpus} GPUs{where} asked by {by}"
+    if not await jobs.ask_move(
+        pool, row["id"], row["attempt"], words, node_id, gpu_uuids, resize_to=gpus
+    ):
+        raise ControlRefused(f"cannot resize job {row['id']}: it changed meanwhile")
+    if not await hub.send(source, Checkpoint(job_id=row["id"], attempt=row["attempt"])):
+        why = f"resize to {gpus} GPUs called off: node {source} is not connected"
+        await jobs.call_off_move(pool, row["id"], row["attempt"], why)
+        raise ControlRefused(f"node {source} running job {row['id']} is not connected")
+    log.info(
+        "job resizing",
+        job_id=row["id"],
+        attempt=row["attempt"],
+        node_id=source,
+        gpus=row["gpus"],
+        to_gpus=gpus,
+        to_node=node_id,
+        gpu_uuids=gpu_uuids,
+        by=by,
     )
 
 
@@ -345,7 +465,9 @@ async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
     }
     # Mini-batches timed through the shim: it is there, and can save a checkpoint.
     stepping = event.step_wall_s is not None
-    await jobs.record_progress(pool, event.job_id, event.attempt, progress, stepping)
+    await jobs.record_progress(
+        pool, event.job_id, event.attempt, progress, stepping, event.step_wall_s
+    )
 
 
 async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> bool:
@@ -375,7 +497,7 @@ async def _checkpoint_failed(
         log.info("control event for another attempt", job_id=event.job_id, node_id=node_id)
         return False
     dropped = []
-    if row["migrate_to"] is not None:
+    if row["migrate_to"] not in (None, row["node_id"]):
         dropped.append(f"migration to node {row['migrate_to']} called off")
     if row["resize_to"] is not None:
         dropped.append(f"resize to {row['resize_to']} GPUs called off")
@@ -384,15 +506,17 @@ async def _checkpoint_failed(
     await jobs.call_off_move(
         pool, row["id"], row["attempt"], words, checkpointable=able, set_checkpointable=True
     )
-    if row["migrate_to"] is not None:
+    if row["migrate_to"] is not None or row["resize_to"] is not None:
         log.info(
-            "migration called off",
+            "migration called off" if row["resize_to"] is None else "resize called off",
             job_id=row["id"],
             attempt=row["attempt"],
             node_id=node_id,
             to_node=row["migrate_to"],
+            to_gpus=row["resize_to"],
             reason=reason,
         )
+    # GPUs held for the move (a plan's migration or resize) are free again.
     return row["migrate_to"] is not None
 
 
@@ -401,9 +525,14 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
     assert event.checkpoint is not None
     target, gpus = row["migrate_to"], row["resize_to"]
     if target is not None or gpus is not None:
-        moves = [f"from node {row['node_id']} to node {target}"] if target is not None else []
-        moves += [f"to {gpus} GPUs"] if gpus is not None else []
-        why = f"moving {' and '.join(moves)}: resumes from {event.checkpoint}"
+        source = row["node_id"]
+        if target is not None and target != source:
+            moves = [f"moving from node {source} to node {target}"]
+            moves += [f"to {gpus} GPUs"] if gpus is not None else []
+        else:  # a resize: where it ran (pinned there, a plan's), or anywhere (a user's)
+            there = f" on node {target}" if target is not None else ""
+            moves = [f"resizing from {row['gpus']} to {gpus} GPUs{there}"]
+        why = f"{' and '.join(moves)}: resumes from {event.checkpoint}"
         await jobs.transition(
             pool,
             row["id"],

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -31,6 +32,7 @@ from schedd.policy.actions import (
     Plan,
     Preempt,
     Reserve,
+    Resize,
     Resume,
     SetKind,
     Suspend,
@@ -42,6 +44,7 @@ from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     MIGRATING,
+    PACKED,
     SUSPENDED,
     Gpu,
     Node,
@@ -72,6 +75,8 @@ ESTIMATE_CACHE_MAX = 100_000
 # A preemption is in flight from its commit until the victim's exit, at most its kill
 # grace and this long: beyond that its node is taken to be away, and holds nothing back.
 PREEMPT_SETTLE_S = 5.0
+# GPU samples wake a profile that packs at most this often while jobs take turns.
+PACK_SAMPLE_WAKE_S = 30.0
 # A plan's recheck time is never sooner than this from now: no busy loop on a clock edge.
 RECHECK_FLOOR_S = 0.05
 
@@ -120,6 +125,7 @@ class Scheduler:
         # Jobs take turns on GPUs (time-slicing): a job's start begins its turn, which a
         # plan made while it was only assigned could not time.
         self._slicing = False
+        self._sample_wake_at = 0.0  # monotonic: a GPU sample wakes a packing plan after it
         tasks = hub.supervisor
         self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
@@ -131,6 +137,8 @@ class Scheduler:
         self._training = asyncio.Lock()
         self.estimator_retrain_s = config.estimator_retrain_s
         self._predicted: dict[str, tuple[Estimator, float]] = {}  # job id -> run time
+        # job id -> GPU utilisation (%) predicted, for packing jobs never measured alone
+        self._predicted_util: dict[str, tuple[Estimator, float]] = {}
         self.cycles = 0
 
     def wake(self) -> None:
@@ -147,6 +155,13 @@ class Scheduler:
         stays little used (samples come only when a figure moves past the agent's
         threshold, so this is not every second)."""
         if any(w.code == NO_SHAREABLE_GPU for w in self.waiting.values()):
+            self.wake()
+            return
+        # Under a profile that packs, a job taking turns becomes packable once its
+        # partner's utilisation alone is known, which a sample tells: plan again, at
+        # most every PACK_SAMPLE_WAKE_S, while jobs take turns.
+        if self._packs and self._slicing and time.monotonic() >= self._sample_wake_at:
+            self._sample_wake_at = time.monotonic() + PACK_SAMPLE_WAKE_S
             self.wake()
 
     @property
@@ -247,7 +262,7 @@ class Scheduler:
         else:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
-        launched = preempted = deferred = suspended = resumed = migrated = 0
+        launched = preempted = deferred = suspended = resumed = migrated = resized = packed = 0
         kinds_changed = False
         reservations: dict[str, Reserve] = {}
         in_flight = self._in_flight
@@ -275,6 +290,8 @@ class Scheduler:
                 suspended += isinstance(action, Suspend)
                 resumed += isinstance(action, Resume)
                 migrated += isinstance(action, Migrate)
+                resized += isinstance(action, Resize)
+                packed += isinstance(action, Resume) and action.beside is not None
                 if isinstance(action, AdmitDeadline):
                     waiter = self._deadline_waiters.pop(action.job_id, None)
                     if waiter is not None and not waiter.done():
@@ -319,6 +336,8 @@ class Scheduler:
             suspended=suspended,
             resumed=resumed,
             migrated=migrated,
+            resized=resized,
+            packed=packed,
             reserved=len(reservations),
             waiting=plan.wait_counts(),
             plan_ms=round((planned - started) * 1000, 2),
@@ -367,7 +386,10 @@ class Scheduler:
         await self._predict([*placed_rows, *pending_rows])
         predicted = self._predicted
         now = time.time()
-        placed = tuple(_placed(r, now, _estimate(r, estimates, predicted)) for r in placed_rows)
+        utilisation = await self._utilisation(placed_rows) if self._packs else None
+        placed = _placed_jobs(
+            placed_rows, now, lambda r: _estimate(r, estimates, predicted), utilisation
+        )
         self._in_flight = tuple(
             r["id"]
             for r in placed_rows
@@ -391,6 +413,7 @@ class Scheduler:
                 prefetched_to=r["prefetched_to"],
                 stay_guaranteed=r["stay_guaranteed"],
                 spec_kind=r["spec_kind"],
+                gpu_range=_gpu_range(r),
             )
             for r in pending_rows
         )
@@ -406,7 +429,41 @@ class Scheduler:
 
     async def placed_now(self) -> tuple[PlacedJob, ...]:
         now = time.time()
-        return tuple(_placed(r, now, None) for r in await jobs.placed(self.pool))
+        rows = await jobs.placed(self.pool)
+        return _placed_jobs(rows, now, lambda r: None, {} if self._packs else None)
+
+    @property
+    def _packs(self) -> bool:
+        """Whether the active profile packs jobs (Gandiva), which reads their utilisation."""
+        return self.profile.spec is not None and "pack" in self.profile.spec.decide
+
+    async def _utilisation(self, rows: list[asyncpg.Record]) -> dict[str, float]:
+        """What the resource estimator predicts of the GPU utilisation of the placed jobs
+        never sampled running alone (`util_alone` is NULL), each once per training, in one
+        batch; the measured figure is read from the row (`_placed`)."""
+        forest = self.estimator
+        if forest is None or "gpu_util_pct" not in forest.models:
+            return {}
+        cache = self._predicted_util
+        if len(cache) + len(rows) > ESTIMATE_CACHE_MAX:
+            cache.clear()
+        turns = _turn_gpus(rows)
+        todo = [
+            r
+            for r in rows
+            if r["util_alone"] is None
+            and not turns.isdisjoint(r["gpu_uuids"])
+            and ((hit := cache.get(r["id"])) is None or hit[0] is not forest)
+        ]
+        if todo:
+            features = [of_row(r) for r in todo]
+            if len(todo) > PREDICT_IN_THREAD_ABOVE:
+                values = await asyncio.to_thread(forest.values, "gpu_util_pct", features)
+            else:
+                values = forest.values("gpu_util_pct", features)
+            for row, value in zip(todo, values or (), strict=False):
+                cache[row["id"]] = (forest, value)
+        return {r["id"]: cache[r["id"]][1] for r in rows if r["id"] in cache}
 
     async def usage(self) -> Usage:
         """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user),
@@ -505,21 +562,86 @@ def _lands_on(action: Action, placed: dict[str, PlacedJob]) -> tuple[str, ...]:
     return ()
 
 
-def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJob:
+def _placed_jobs(
+    rows: list[asyncpg.Record],
+    now: float,
+    estimate: Callable[[asyncpg.Record], float | None],
+    predicted_util: dict[str, float] | None,
+) -> tuple[PlacedJob, ...]:
+    """The placed jobs as the policy sees them. A packed job and its partner are each
+    measured against their rate alone from the pack's start (`_progress_ratio`).
+
+    `predicted_util` (None: the profile does not pack) is the estimator's utilisation
+    for jobs never measured alone. Under a profile that packs, the jobs taking turns
+    (suspended or packed, and those on their GPUs) get their utilisation alone as
+    `utilization_pct`: what packing reads. The others keep None, so that the plugins
+    that read it otherwise (`place.share`) see the GPUs' own figures, as before."""
+    pack_since: dict[str, float] = {}  # job in a pack -> when the pack began
+    for row in rows:
+        partner = job_controls.packed_beside(row)
+        if row["state"] == JobState.RUNNING and partner is not None:
+            since = row["resumed_s"] if row["resumed_s"] is not None else now
+            pack_since[row["id"]] = since
+            pack_since[partner] = max(pack_since.get(partner, since), since)
+    turns = _turn_gpus(rows)
+    return tuple(
+        _placed(
+            r,
+            now,
+            estimate(r),
+            pack_since.get(r["id"]),
+            util=predicted_util is not None and not turns.isdisjoint(r["gpu_uuids"]),
+            predicted_util=(predicted_util or {}).get(r["id"]),
+        )
+        for r in rows
+    )
+
+
+def _turn_gpus(rows: list[asyncpg.Record]) -> set[str]:
+    """The GPUs that running jobs take turns on (time-sliced or packed jobs' GPUs)."""
+    return {
+        uuid
+        for row in rows
+        if row["state"] == JobState.RUNNING
+        and (job_controls.time_sliced(row) or job_controls.packed_beside(row) is not None)
+        for uuid in row["gpu_uuids"]
+    }
+
+
+def _placed(
+    row: asyncpg.Record,
+    now: float,
+    estimate: float | None,
+    packed_since: float | None = None,
+    *,
+    util: bool = False,
+    predicted_util: float | None = None,
+) -> PlacedJob:
     started = row["started_at"].timestamp() if row["started_at"] else None
     paused_at = row["suspended_s"]
     # Service is the time it ran: its suspensions (time-slicing's or a user's) are not.
     until = now if paused_at is None else min(paused_at, now)
     running_s = max(until - started - row["paused_s"], 0.0) if started is not None else 0.0
+    running = row["state"] == JobState.RUNNING
     # Suspended for time-slicing: its GPUs are another job's until its turn. A job that a
     # user suspended keeps them (its memory is still there; it may resume at any time).
-    sliced = row["state"] == JobState.RUNNING and job_controls.time_sliced(row)
-    # Migrating: it saves a checkpoint to move, and holds the GPUs a plan chose for it
-    # there beside its own until it runs there (a user's migration names no GPUs). Its
-    # checkpointed exit requeues it pinned to that node (job_controls).
-    moving = not sliced and row["state"] == JobState.RUNNING and row["migrate_to"] is not None
+    sliced = running and job_controls.time_sliced(row)
+    # Packed: it runs beside the job that holds its GPUs (Gandiva's packing).
+    packed = running and job_controls.packed_beside(row) is not None
+    # Migrating: it saves a checkpoint to move, or to restart on another GPU count (a
+    # resize), and holds the GPUs a plan chose for it there beside its own until it runs
+    # there (a user's migration or resize names no GPUs). Its checkpointed exit requeues
+    # it, pinned to that node for a plan's (job_controls).
+    moving = (
+        not sliced
+        and not packed
+        and running
+        and (row["migrate_to"] is not None or row["resize_to"] is not None)
+    )
     target = tuple(row["migrate_gpu_uuids"] or ()) if moving else ()
-    state = SUSPENDED if sliced else MIGRATING if moving else row["state"]
+    state = SUSPENDED if sliced else PACKED if packed else MIGRATING if moving else row["state"]
+    measured = row["util_alone"]
+    utilisation = None if not util else measured if measured is not None else predicted_util
     return PlacedJob(
         job_id=row["id"],
         user=row["user_name"],
@@ -534,11 +656,33 @@ def _placed(row: asyncpg.Record, now: float, estimate: float | None) -> PlacedJo
         attained_s=row["attained_gpu_s"] + row["gpus"] * running_s,
         deadline=row["deadline_s"],
         deadline_admitted=row["deadline_admitted"],
+        utilization_pct=None if utilisation is None else round(utilisation),
         state_since=paused_at if sliced else row["resumed_s"],
-        moving_to=(Shard(row["migrate_to"], target),) if target else (),
+        moving_to=(Shard(row["migrate_to"], target),) if target and row["migrate_to"] else (),
         # Its shim reports mini-batches and no checkpoint of this attempt failed.
         checkpointable=row["checkpointable"] is True,
+        gpu_range=_gpu_range(row),
+        progress_ratio=_progress_ratio(row, packed_since),
+        packable=job_controls.controls_of(row).get("packable", True) is not False,
     )
+
+
+def _progress_ratio(row: asyncpg.Record, packed_since: float | None) -> float | None:
+    """A job in a pack: its rate now against its rate alone, as the median of its step
+    times alone this attempt over the step time of its shim's latest report, if that
+    came after the pack began; None for a job in no pack, or where either is not known."""
+    if packed_since is None or not row["step_alone_s"]:
+        return None
+    latest, at = row["step_wall_s"], row["progress_s"]
+    if latest is None or at is None or at <= packed_since or float(latest) <= 0:
+        return None
+    return float(statistics.median(row["step_alone_s"])) / float(latest)
+
+
+def _gpu_range(row: asyncpg.Record) -> tuple[int, int] | None:
+    """An elastic job's (least, most) GPUs; None for any other."""
+    least, most = row["min_gpus"], row["max_gpus"]
+    return None if least is None else (least, most)
 
 
 def _request(row: asyncpg.Record) -> Request:

@@ -108,6 +108,9 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
     env: Annotated[dict[EnvKey, Arg], Meta(max_length=1024)] = {}
     cwd: AbsPath | None = None
     gpus: Annotated[int, Meta(ge=0, le=4096)] = 1
+    # An elastic job (Gandiva's grow/shrink): it may run on any GPU count from
+    # `min_gpus` to `gpus`, restarted from its checkpoint when the count changes.
+    min_gpus: Annotated[int, Meta(ge=1, le=4096)] | None = None
     gpu_memory_mib: Annotated[int, Meta(gt=0, le=16 * 1024 * 1024)] | None = None
     cpus: Annotated[float, Meta(ge=0.01, le=4096)] = 1.0
     memory_mib: Annotated[int, Meta(gt=0, le=64 * 1024 * 1024)] = 1024
@@ -133,6 +136,8 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_def
         # Messages start with the field in backticks: _spec_error names the field from it.
         if (self.command is None) == (self.script is None):
             raise ValueError("`command`: exactly one of `command` or `script` is required")
+        if self.min_gpus is not None and self.min_gpus > self.gpus:
+            raise ValueError(f"`min_gpus`: must be at most `gpus` ({self.gpus})")
         if self.stay_guaranteed and self.kind == JobKind.OPPORTUNISTIC:
             raise ValueError("`stay_guaranteed`: an opportunistic job cannot stay guaranteed")
         if self.deadline is not None and self.deadline.tzinfo is None:

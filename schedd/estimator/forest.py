@@ -71,7 +71,11 @@ class Estimator:
 
     def run_times(self, rows: Sequence[Features]) -> list[float] | None:
         """Predicted run times of many jobs at once; None before enough jobs finished."""
-        model = self.models.get("run_time_s")
+        return self.values("run_time_s", rows)
+
+    def values(self, target: str, rows: Sequence[Features]) -> list[float] | None:
+        """Predicted `target` of many jobs at once; None before enough jobs reported it."""
+        model = self.models.get(target)
         if model is None or not rows:
             return None
         return [p.value for p in _predict_many(model, rows)]

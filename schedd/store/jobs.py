@@ -29,13 +29,29 @@ from shared.model import (
 
 log = logging.get("store")
 
+# SQL: the job's utilisation while it ran alone on its GPUs, weighted by time, the
+# interval since its last such sample included (the figure holds until the next one);
+# its last figure where no interval is complete yet; NULL where never sampled alone.
+_OPEN_S = "coalesce(greatest(extract(epoch FROM now() - util_alone_at)::float8, 0), 0)"
+_UTIL_ALONE = (
+    f"coalesce((util_alone_sum + util_alone_pct * {_OPEN_S})"
+    f" / nullif(util_alone_s + {_OPEN_S}, 0), util_alone_pct)"
+)
+# SQL SET: the job's run alone ends now (it is suspended, or its run ends): its last
+# figure held until now, and no interval is open any longer.
+_FOLD_UTIL_ALONE = (
+    f"util_alone_s = util_alone_s + {_OPEN_S},"
+    f" util_alone_sum = util_alone_sum + coalesce(util_alone_pct * {_OPEN_S}, 0),"
+    " util_alone_at = NULL"
+)
 JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
     " started_at, finished_at, updated_at, attained_gpu_s, estimated_runtime_s,"
     " checkpoint_path, pin_node_id, migrate_to, progress, controls, resize_to, deadline,"
     " deadline_admitted, deadline_reason, prefetched_to, suspended_at, resumed_at, paused_s,"
-    " migrate_gpu_uuids, checkpointable"
+    " migrate_gpu_uuids, checkpointable, min_gpus, max_gpus, progress_at,"
+    f" {_UTIL_ALONE} AS util_alone"
 )
 # What a snapshot takes of every pending and placed job beyond its request: its
 # deadline and answer, and what the resource estimator predicts from.
@@ -91,8 +107,9 @@ async def submit(
         WITH j AS (
             INSERT INTO jobs (id, user_name, name, queue, priority, kind, spec, state,
                               gpus, cpus, memory_mib, gpu_memory_mib, idempotency_key,
-                              estimated_runtime_s, deadline)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13, $14)
+                              estimated_runtime_s, deadline, min_gpus, max_gpus)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13, $14,
+                    $15, $16)
             ON CONFLICT (user_name, idempotency_key) DO NOTHING
             RETURNING {JOB_COLUMNS}
         ), e AS (
@@ -115,6 +132,8 @@ async def submit(
         idempotency_key,
         spec.estimated_runtime_s,
         spec.deadline,
+        spec.min_gpus,
+        spec.gpus if spec.min_gpus is not None else None,
     )
     if row is not None:
         return row, True
@@ -176,7 +195,7 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
         " spec->'inputs' AS inputs, prefetched_to,"
         " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
-        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind"
+        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -195,6 +214,10 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
         f" {_PLANNING_COLUMNS}, controls, paused_s, migrate_to, migrate_gpu_uuids, checkpointable,"
+        " resize_to, min_gpus, max_gpus, (progress->>'step_wall_s')::float8 AS step_wall_s,"
+        " step_alone_s,"
+        " extract(epoch FROM progress_at)::float8 AS progress_s,"
+        f" {_UTIL_ALONE} AS util_alone,"
         " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
         " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
@@ -368,13 +391,19 @@ async def transition(
             "resumed_at = NULL",
             "paused_s = 0",
             "checkpointable = NULL",
+            "step_alone_s = NULL",
+            "util_alone_at = NULL",
         ]
     if to is not JobState.RUNNING:
         # A move under way ends with the run it was for: requeued to move (its caller
         # says where to), ended, lost or stopped, the job holds no GPUs to move to.
-        assignments += [f"{c} = NULL" for c in ("migrate_to", "migrate_gpu_uuids") if c not in sets]
+        moves = ("migrate_to", "migrate_gpu_uuids", "resize_to")
+        assignments += [f"{c} = NULL" for c in moves if c not in sets]
     if to is JobState.PENDING:
         sets = {**sets, "node_id": None, "gpu_uuids": [], "started_at": None}
+        if "gpus" not in sets:
+            # Requeued, not to move: an elastic job may start on its most GPUs again.
+            assignments.append("gpus = coalesce(j.max_gpus, j.gpus)")
     if to is JobState.RUNNING:
         assignments.append("started_at = now()")
     if to in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
@@ -387,6 +416,8 @@ async def transition(
             "attained_gpu_s = j.attained_gpu_s + CASE WHEN j.started_at IS NULL THEN 0"
             f" ELSE j.gpus * {_ran_s('j')} END"
         )
+        # Its run alone ends too: the figure sampled last held until now.
+        assignments.append(_FOLD_UTIL_ALONE)
         record_run = """, run AS (
             INSERT INTO job_runs (job_id, attempt, queue, user_name, gpus, started_at, ended_at,
                                   paused_s)
@@ -513,7 +544,8 @@ async def set_suspended(
                     ELSE 0 END,
                 resumed_at = CASE WHEN NOT $3 AND suspended_at IS NOT NULL
                     THEN now() ELSE resumed_at END,
-                suspended_at = CASE WHEN $3 THEN coalesce(suspended_at, now()) END
+                suspended_at = CASE WHEN $3 THEN coalesce(suspended_at, now()) END,
+                {_FOLD_UTIL_ALONE}
             WHERE id = $1 AND attempt = $2 AND state = 'running'
               AND (coalesce((controls->>'suspended')::boolean, false)
                    AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
@@ -546,21 +578,56 @@ _NOTE_SETTABLE = {
 }
 
 
+# How many of its progress reports alone a job's step time alone is the median of.
+STEPS_ALONE_KEPT = 20
+
+
+def _runs_beside(t: str) -> str:
+    """SQL: another job runs on one of the GPUs of the row `t` (its process is placed
+    there and not suspended: a packed job, its partner, an opportunistic job, one that
+    is starting or being stopped)."""
+    return (
+        f"EXISTS (SELECT 1 FROM jobs o WHERE o.id <> {t}.id AND o.node_id = {t}.node_id"
+        " AND o.state IN ('assigned', 'running', 'preempting', 'cancelling')"
+        " AND NOT coalesce((o.controls->>'suspended')::boolean, false)"
+        f" AND o.gpu_uuids && {t}.gpu_uuids)"
+    )
+
+
 async def record_progress(
-    pool: asyncpg.Pool, job_id: str, attempt: int, progress: dict[str, Any], stepping: bool
+    pool: asyncpg.Pool,
+    job_id: str,
+    attempt: int,
+    progress: dict[str, Any],
+    stepping: bool,
+    step_wall_s: float | None = None,
 ) -> None:
-    """The job's latest progress; not history (it would be one event a second).
-    `stepping`: it reported mini-batches through its shim, which can then save a
-    checkpoint on request (unless one already failed this attempt)."""
+    """The job's latest progress and when it came; not history (it would be one event a
+    second). `stepping`: it reported mini-batches through its shim, which can then save
+    a checkpoint on request (unless one already failed this attempt). `step_wall_s`, the
+    report's mean step time, is kept among the job's step times alone (the last
+    `STEPS_ALONE_KEPT`) where no other job runs on its GPUs."""
     await pool.execute(
-        "UPDATE jobs SET progress = $3,"
-        " checkpointable = CASE WHEN $4 THEN coalesce(checkpointable, true)"
-        " ELSE checkpointable END"
-        " WHERE id = $1 AND attempt = $2 AND state = 'running'",
+        f"""
+        UPDATE jobs j SET progress = $3, progress_at = now(),
+            checkpointable = CASE WHEN $4 THEN coalesce(checkpointable, true)
+                ELSE checkpointable END,
+            step_alone_s = CASE
+                WHEN $5::float8 IS NULL OR $5::float8 <= 0
+                    OR coalesce((j.controls->>'suspended')::boolean, false)
+                    OR {_runs_beside("j")}
+                THEN j.step_alone_s
+                ELSE (array_append(coalesce(j.step_alone_s, '{{}}'), $5::float8))[
+                    greatest(coalesce(cardinality(j.step_alone_s), 0) + 2 - $6, 1):]
+                END
+        WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running'
+        """,
         job_id,
         attempt,
         progress,
         stepping,
+        step_wall_s,
+        STEPS_ALONE_KEPT,
     )
 
 
@@ -569,19 +636,22 @@ async def ask_move(
     job_id: str,
     attempt: int,
     reason: str,
-    node_id: str,
+    node_id: str | None,
     gpu_uuids: list[str] | None,
+    resize_to: int | None = None,
 ) -> bool:
     """Record that the running job is to move to `node_id` once it has saved a
     checkpoint (onto `gpu_uuids` there, which snapshots hold for it meanwhile; None: a
-    user's migration, which names only the node), and its event, in one statement. Only
-    if it still runs at that attempt and no migration is under way: False otherwise,
-    and nothing changed."""
+    user's migration, which names only the node), and, with `resize_to`, to restart on
+    that many GPUs (a resize; `node_id` None: a user's, on any node), and its event, in
+    one statement. Only if it still runs at that attempt and no move is under way:
+    False otherwise, and nothing changed."""
     row = await pool.fetchrow(
         """
         WITH hit AS (
-            UPDATE jobs SET migrate_to = $4, migrate_gpu_uuids = $5
+            UPDATE jobs SET migrate_to = $4, migrate_gpu_uuids = $5, resize_to = $6
             WHERE id = $1 AND attempt = $2 AND state = 'running' AND migrate_to IS NULL
+              AND resize_to IS NULL
             RETURNING id, state, attempt, node_id
         )
         INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
@@ -592,6 +662,32 @@ async def ask_move(
         reason,
         node_id,
         gpu_uuids,
+        resize_to,
+    )
+    return row is not None
+
+
+async def hold_gpus(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str) -> bool:
+    """A packed job whose partner left becomes its GPUs' holder: no longer packed, its
+    turn on them timed from now, with its event, in one statement. Only if it is still
+    running and packed at that attempt: False otherwise, and nothing changed."""
+    row = await pool.fetchrow(
+        f"""
+        WITH hit AS (
+            UPDATE jobs SET controls = {_CONTROLS} || $4::jsonb, resumed_at = now(),
+                util_alone_at = NULL
+            WHERE id = $1 AND attempt = $2 AND state = 'running'
+              AND coalesce((controls->>'packed')::boolean, false)
+              AND NOT coalesce((controls->>'suspended')::boolean, false)
+            RETURNING id, state, attempt, node_id
+        )
+        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
+        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        """,
+        job_id,
+        attempt,
+        reason,
+        {"packed": False, "packed_beside": None},
     )
     return row is not None
 
@@ -693,6 +789,7 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         "finished_at": _iso(row["finished_at"]),
         "attained_gpu_s": round(row["attained_gpu_s"], 3),
         "progress": row["progress"],
+        "progress_at": _iso(row["progress_at"]),
         "controls": row["controls"],
         "checkpoint": row["checkpoint_path"],
     }
@@ -703,17 +800,25 @@ def as_dict(row: asyncpg.Record) -> dict[str, Any]:
         out["resumed_at"] = _iso(row["resumed_at"])
     if row["pin_node_id"] is not None:
         out["pinned_to"] = row["pin_node_id"]
-    if row["migrate_to"] is not None:
+    in_place = row["resize_to"] is not None and row["migrate_to"] == row["node_id"]
+    if row["migrate_to"] is not None and not in_place:
         out["migrating_to"] = row["migrate_to"]
         if row.get("migrate_gpu_uuids"):  # the GPUs held for it there (a plan's move)
             out["migrating_to_gpus"] = list(row["migrate_gpu_uuids"])
+    elif in_place and row.get("migrate_gpu_uuids"):  # a plan's resize where it runs
+        out["resizing_to_gpus"] = list(row["migrate_gpu_uuids"])
     if row.get("checkpointable") is not None:
         out["checkpointable"] = row["checkpointable"]
     if row.get("prefetched_to") is not None:
         out["inputs_prefetched_to"] = row["prefetched_to"]
     if row["resize_to"] is not None:
         out["resizing_to"] = row["resize_to"]
-    out["gpus"] = row["gpus"]  # the spec's, or what a resize made it
+    out["gpus"] = row["gpus"]  # the spec's, or what a resize or an elastic start made it
+    if row.get("min_gpus") is not None:  # elastic: the least and most it may run on
+        out["gpu_range"] = [row["min_gpus"], row["max_gpus"]]
+    if row.get("util_alone") is not None:
+        # How busy it kept its GPUs while it ran alone on them (packing reads it).
+        out["utilization_alone_pct"] = round(row["util_alone"], 1)
     if row["deadline"] is not None:
         out["deadline"] = {
             "at": _iso(row["deadline"]),

@@ -67,6 +67,8 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
                 JOIN jobs j
                   ON j.state = 'running' AND j.node_id = $4 AND s.uuid = ANY(j.gpu_uuids)
+                  -- A suspended job's GPUs show what another job does there.
+                  AND NOT coalesce((j.controls->>'suspended')::boolean, false)
                 GROUP BY j.id
             )
             UPDATE jobs j SET
@@ -82,6 +84,54 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
             [s.memory_used_mib for s in samples if s.error is None],
             node_id,
         )
+        await conn.execute(
+            _UTIL_ALONE,
+            [s.uuid for s in samples if s.error is None],
+            [s.utilization_pct for s in samples if s.error is None],
+            node_id,
+        )
+
+
+# How busy each running job keeps its GPUs while it runs alone on them (packing reads
+# it): a job that runs, not suspended, with no other job running on any of its GPUs
+# (one placed there and not suspended) and every one of them read, takes its GPUs'
+# mean utilisation as its figure, and the previous figure as having held since the
+# previous sample, if it ran alone since (`util_alone_at` is cleared whenever that run
+# is broken: by this statement for a job that is not alone at a sample, and by a
+# suspend or resume). A figure is thus only ever what the GPUs did with the job alone.
+_UTIL_ALONE = """
+WITH s AS (
+    SELECT * FROM unnest($1::text[], $2::int[]) AS s(uuid, util)
+), alone AS (
+    SELECT j.id, avg(s.util)::float8 AS util
+    FROM jobs j JOIN s ON s.uuid = ANY(j.gpu_uuids)
+    -- (The states of the index of placed jobs, `jobs_placed`, in every subquery.)
+    WHERE j.state = 'running' AND j.node_id = $3 AND cardinality(j.gpu_uuids) > 0
+      AND NOT coalesce((j.controls->>'suspended')::boolean, false)
+      AND NOT EXISTS (
+          SELECT 1 FROM jobs o
+          WHERE o.id <> j.id AND o.node_id = $3
+            AND o.state IN ('assigned', 'running', 'preempting', 'cancelling')
+            AND NOT coalesce((o.controls->>'suspended')::boolean, false)
+            AND s.uuid = ANY(o.gpu_uuids))
+    GROUP BY j.id, j.gpu_uuids
+    HAVING count(*) = cardinality(j.gpu_uuids)
+), measured AS (
+    UPDATE jobs j SET
+        util_alone_s = j.util_alone_s + coalesce(
+            greatest(extract(epoch FROM now() - j.util_alone_at)::float8, 0), 0),
+        util_alone_sum = j.util_alone_sum + coalesce(
+            greatest(extract(epoch FROM now() - j.util_alone_at)::float8, 0)
+            * j.util_alone_pct, 0),
+        util_alone_pct = a.util,
+        util_alone_at = now()
+    FROM alone a WHERE j.id = a.id
+    RETURNING j.id
+)
+UPDATE jobs j SET util_alone_at = NULL
+WHERE j.node_id = $3 AND j.state IN ('assigned', 'running', 'preempting', 'cancelling')
+  AND j.util_alone_at IS NOT NULL AND j.id NOT IN (SELECT id FROM alone)
+"""
 
 
 async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:

@@ -110,6 +110,11 @@ CASES = [
         submit(spec(deadline="2030-01-01T12:00:00"), 422, "deadline"), id="deadline-naive"
     ),
     pytest.param(submit(spec(cwd="work/run"), 422, "cwd"), id="cwd-relative"),
+    pytest.param(submit(spec(gpus=4, min_gpus=0), 422, "min_gpus"), id="min-gpus-zero"),
+    pytest.param(submit(spec(gpus=2, min_gpus=3), 422, "min_gpus"), id="min-gpus-above-gpus"),
+    pytest.param(submit(spec(gpus=0, min_gpus=1), 422, "min_gpus"), id="min-gpus-no-gpus"),
+    pytest.param(submit(spec(min_gpus="2"), 422, "min_gpus"), id="min-gpus-string"),
+    pytest.param(submit(spec(min_gpus=2.5), 422, "min_gpus"), id="min-gpus-float"),
     pytest.param(
         submit(spec(command=["python3", "-c", "print(1)\x00"]), 422, "command"),
         id="command-with-nul",
@@ -252,6 +257,24 @@ async def test_valid_submit_stores_one_job_and_one_event(world: World) -> None:
     assert after_states == {**states, job["id"]: "pending"}
     assert after_events == events + 1
     assert (job["user"], job["spec"]["gpus"]) == ("alice", 2)
+
+
+async def test_an_elastic_job_shows_its_gpu_range(world: World) -> None:
+    async with await world.send(submit(spec(gpus=4, min_gpus=2), 201)) as resp:
+        assert resp.status == 201, await resp.text()
+        job = await resp.json()
+    assert (job["gpus"], job["gpu_range"], job["spec"]["min_gpus"]) == (4, [2, 4], 2)
+    get_job = get(f"/v1/jobs/{job['id']}", 200)
+    async with await world.send(get_job) as resp:
+        shown = await resp.json()
+    assert (shown["gpus"], shown["gpu_range"]) == (4, [2, 4])
+    # A job that is not elastic has no range.
+    async with await world.send(submit(spec(gpus=2, name="fixed"), 201)) as resp:
+        assert "gpu_range" not in await resp.json()
+    # The error names the field and says the bound.
+    async with await world.send(submit(spec(gpus=2, min_gpus=3), 422, "min_gpus")) as resp:
+        problem = await resp.json(content_type=None)
+    assert problem["field"] == "min_gpus" and "at most `gpus` (2)" in problem["detail"]
 
 
 async def test_a_spec_without_content_type_is_taken_as_json(world: World) -> None:

@@ -163,6 +163,6 @@ async def test_resize_restarts_the_job_from_its_checkpoint_with_the_new_count(
     row = await jobs.get(pool, job_id)
     assert (row["gpus"], row["resize_to"]) == (2, None)
     reasons = [e["reason"] for e in await jobs.events(pool, job_id)]
-    assert "resize to 2 GPUs asked by alice" in reasons
-    assert "moving to 2 GPUs: resumes from /ck/step-000000003" in reasons
+    assert "resize from 1 to 2 GPUs asked by alice" in reasons
+    assert "resizing from 1 to 2 GPUs: resumes from /ck/step-000000003" in reasons
     await agent.close()

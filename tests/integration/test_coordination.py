@@ -450,6 +450,25 @@ async def test_guaranteed_jobs_taking_turns_on_a_gpu_are_protected_in_turn(node:
     assert node.coordination.states()[0].guaranteed == "jg.1"
 
 
+async def test_a_packed_job_is_not_its_gpus_guaranteed_job_until_its_partner_leaves(
+    node: Node,
+) -> None:
+    """Packing: a time-sliced job resumed beside the job whose turn it is (which is not
+    suspended) runs uncoordinated; the partner stays the GPU's guaranteed job, through
+    the pack being undone and made again, until it ends."""
+    await node.start("jg.1", "guaranteed", [GPU_A])
+    node.coordination.suspended("jg.1", True)
+    await node.start("jg2.1", "guaranteed", [GPU_A])
+    node.coordination.suspended("jg.1", False)  # packed beside jg2.1
+    assert node.coordination.states()[0].guaranteed == "jg2.1"
+    node.coordination.suspended("jg.1", True)  # the pack undone
+    assert node.coordination.states()[0].guaranteed == "jg2.1"
+    node.coordination.suspended("jg.1", False)  # packed again
+    assert node.coordination.states()[0].guaranteed == "jg2.1"
+    node.coordination.job_ended("jg2.1")  # its partner left: the GPU is its own
+    assert node.coordination.states()[0].guaranteed == "jg.1"
+
+
 async def test_a_guaranteed_job_waiting_on_a_gpu_joins_when_its_holder_ends(node: Node) -> None:
     await node.start("jg.1", "guaranteed", [GPU_A])
     await node.start("jg2.1", "guaranteed", [GPU_A, GPU_B])

@@ -1,5 +1,5 @@
-"""`schedctl explain`'s words for a suspended job (who suspended it, and what of its GPUs)
-and for a migrating one (where to, and the GPUs held there)."""
+"""`schedctl explain`'s words for a suspended job (who suspended it, and what of its GPUs),
+for a migrating one (where to, and the GPUs held there), a packed one and an elastic one."""
 
 from __future__ import annotations
 
@@ -41,3 +41,19 @@ def test_a_migrating_job_says_where_it_goes() -> None:
     text = explain_text(moving, REPORT)
     assert "migrating to n2 (holding GPU-7 there): saving a checkpoint" in text
     assert "migrating" not in explain_text(job(suspended=False), REPORT)
+
+
+def test_a_packed_job_says_beside_whom() -> None:
+    packed = {**job(suspended=False, packed=True, packed_beside="j-2"), "resumed_at": "T"}
+    text = explain_text(packed, REPORT)
+    assert "packed beside job j-2 since T: the two run at once on its GPUs" in text
+    assert "packed" not in explain_text(job(suspended=True, time_sliced=True, packed=False), REPORT)
+
+
+def test_an_elastic_job_says_its_range_and_a_resize_under_way() -> None:
+    elastic = {**job(suspended=False), "gpus": 2, "gpu_range": [1, 4]}
+    assert "elastic: 1 to 4 GPUs, on 2 now" in explain_text(elastic, REPORT)
+    resizing = {**elastic, "resizing_to": 4, "resizing_to_gpus": ["GPU-0", "GPU-1"]}
+    text = explain_text(resizing, REPORT)
+    assert "resizing to 4 GPUs (GPU-0, GPU-1): saving a checkpoint, then it restarts" in text
+    assert "elastic" not in explain_text(job(suspended=False), REPORT)
