@@ -14,7 +14,9 @@ Multi-node jobs run at `--locality` of full speed (the ITP traces name no models
 no per-model table applies; 1.0: no slowdown), and at `--cross-rack` of that again when
 their nodes span racks of `--rack-size` nodes. No preemption overheads. Each job keeps
 its GPUs busy a utilisation drawn from `--gpu-util` (the simulator's assumed model,
-sim/sharing.py), which places opportunistic jobs and gives the utilisation column.
+sim/sharing.py), which places opportunistic jobs and gives the utilisation column;
+`--elastic` makes that share of the multi-GPU jobs elastic (half to all their GPUs,
+sim/elastic.py), for Gandiva's grow/shrink.
 `--traces`
 chooses the ITP traces, chronus/philly_MIX2.csv (on 120x8, with its model_info.json),
 or both.
@@ -22,7 +24,7 @@ or both.
     .venv/bin/python bench/seed_policies.py [--trace-dir DIR] [--jobs 2]
         [--profiles liquid,liquid@best_fit,tiresias,default] [--clusters cluster01]
         [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--traces itp,mix2]
-        [--gpu-util 10-100]
+        [--gpu-util 10-100] [--elastic 0.5]
 
 Figures only: nothing here asserts.
 """
@@ -51,6 +53,8 @@ from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
 from schedd.sim.traces import read_trace
 
 MIX2 = "philly_MIX2.csv"
+# What Gandiva's mechanisms did, in the order the column names them (then the packs).
+GANDIVA_ACTIONS = ("Suspend", "Migrate", "Resize")
 
 
 def profile(name: str) -> policy.Profile:
@@ -74,6 +78,7 @@ def replay(
     rack_size: int | None,
     cross_rack: float,
     sharing: SharingModel,
+    elastic: float = 0.0,
 ) -> str:
     if path.name == MIX2:
         trace = read_trace(path, "chronus")
@@ -84,7 +89,7 @@ def replay(
         trace = read_trace(path, "itp")
         shape = dataclasses.replace(cluster_for(trace, 1.0), nodes_per_rack=rack_size)
         model = LocalityModel(default=locality, cross_rack=cross_rack)
-    options = SimOptions(sharing=sharing)
+    options = SimOptions(sharing=sharing, elastic=elastic)
     result = Simulation(trace, shape, profile(name), options, locality=model).run()
     s = summarize(result)
     cells = [
@@ -99,6 +104,7 @@ def replay(
         f"{100 * s.utilization_backlogged:.1f}%",
         f"{s.actions.get('SetKind opportunistic', 0):,}",
         f"{s.preemptions:,}",
+        " / ".join(f"{n:,}" for n in (*(s.actions.get(a, 0) for a in GANDIVA_ACTIONS), s.packs)),
         f"{result.wall_s:.0f}",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -115,7 +121,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
     parser.add_argument("--traces", default="itp", help="itp, mix2 or itp,mix2 (default: itp)")
     parser.add_argument("--gpu-util", default="10-100", help="LOW-HIGH percent (default 10-100)")
+    parser.add_argument(
+        "--elastic", type=float, default=0.0, help="share of multi-GPU jobs made elastic (0-1)"
+    )
     args = parser.parse_args()
+    if not 0.0 <= args.elastic <= 1.0:
+        parser.error(f"--elastic: expected a share from 0 to 1, got {args.elastic}")
     try:
         sharing = SharingModel(*parse_util_range(args.gpu_util))
     except SharingError as exc:
@@ -131,17 +142,21 @@ def main() -> None:
         paths.append(Path(args.trace_dir) / "chronus" / MIX2)
     print(
         f"code: {code_version()}; locality {args.locality}; rack size {args.rack_size};"
-        f" cross-rack {args.cross_rack}; GPU utilisation {args.gpu_util}% (assumed)"
+        f" cross-rack {args.cross_rack}; GPU utilisation {args.gpu_util}% (assumed);"
+        f" elastic {args.elastic:g} of multi-GPU jobs (assumed)"
     )
     print(
         "| trace | cluster | profile | avg JCT (min) | avg queueing (min) | makespan (min)"
         " | GPU allocation | GPU utilisation | utilisation while jobs wait"
-        " | turned opportunistic | preemptions | replay s |"
+        " | turned opportunistic | preemptions | suspends / migrations / resizes / packs"
+        " | replay s |"
     )
-    print("|" + " --- |" * 12)
+    print("|" + " --- |" * 13)
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(replay, p, n, args.locality, args.rack_size, args.cross_rack, sharing)
+            pool.submit(
+                replay, p, n, args.locality, args.rack_size, args.cross_rack, sharing, args.elastic
+            )
             for p in paths
             for n in names
         ]

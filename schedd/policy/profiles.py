@@ -266,7 +266,7 @@ BUILTIN: dict[str, ProfileSpec] = {
         order="fifo",
         place="topology",
         make_room=("timeslice",),
-        decide=("timeslice",),
+        decide=("timeslice", "pack"),
         anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
     ),
     # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first

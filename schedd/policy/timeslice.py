@@ -70,3 +70,15 @@ def group_sizes(view: View) -> Counter[tuple[str, ...]]:
         known = view.memo[key] = Counter(j.gpu_uuids for j in suspended_jobs(view))
         known.update(j.gpu_uuids for j in view.snapshot.placed if j.state == PACKED)
     return known  # type: ignore[return-value]
+
+
+def packed_sets(view: View) -> frozenset[tuple[str, ...]]:
+    """The GPU sets a packed job runs on beside their holder: neither a third job nor a
+    turn goes there while the pack lasts."""
+    key = ("timeslice_packed",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = frozenset(
+            j.gpu_uuids for j in view.snapshot.placed if j.state == PACKED
+        )
+    return known  # type: ignore[return-value]

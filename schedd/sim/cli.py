@@ -73,6 +73,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _slowdown(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected 0 <= x < 1, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", required=True, metavar="PATH", help="the trace file (CSV)")
     parser.add_argument("--format", required=True, choices=FORMATS, help="the trace's format")
@@ -182,6 +192,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a guaranteed job sharing a GPU with an opportunistic one runs this much"
         " slower (default 0.05, the coordinator's bound)",
     )
+    sharing.add_argument(
+        "--pack-slowdown",
+        type=_slowdown,
+        default=0.1,
+        metavar="X",
+        help="two jobs packed on the same GPUs (Gandiva) each run at min(1, 100 / (u1 +"
+        " u2)) x (1 - X) of their speed alone, u their utilisations (default 0.1, an"
+        " assumption)",
+    )
     parser.add_argument(
         "--elastic",
         type=_fraction,
@@ -273,6 +292,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         queues=queues,
         sharing=sharing,
         elastic=args.elastic,
+        pack_slowdown=args.pack_slowdown,
     )
     profiles = [policy.profile(name) for name in names]
     if args.estimates:
@@ -314,6 +334,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 "half_life_s": args.half_life,
                 "gpu_util_pct": [low, high],
                 "share_slowdown": args.share_slowdown,
+                "pack_slowdown": args.pack_slowdown,
                 "elastic": args.elastic,
                 "estimates": args.estimates,
                 "queues": args.queues,

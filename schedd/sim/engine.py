@@ -8,8 +8,9 @@ pending jobs in submission order), calls `plan`, and applies the Plan. A plan wh
 changes its own view did not show (GPUs freed by a stop or a preemption, a kind
 changed), or that launched from a full pending window, is followed by another at the
 same instant, until one changes nothing (at most `max_rounds`). Gandiva's job controls
-(Suspend, Resume, Migrate, Resize) are applied by controls.py; which jobs are elastic,
-and how their work scales with their GPUs, is elastic.py's.
+(Suspend, Resume, Migrate, Resize) are applied by controls.py, and its packing (a
+`Resume` beside another job, a `Suspend` or `Resume` of a packed job) by packing.py;
+which jobs are elastic, and how their work scales with their GPUs, is elastic.py's.
 
 Views handed to the policy are kept between instants and rebuilt only where something
 in them changed; the cost per instant is the policy's plus the jobs that hold GPUs.
@@ -21,7 +22,7 @@ import heapq
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -49,7 +50,7 @@ from schedd.policy.snapshot import (
     Request,
     Snapshot,
 )
-from schedd.sim import controls
+from schedd.sim import controls, packing
 from schedd.sim.cluster import build_nodes
 from schedd.sim.elastic import check_fraction, gpu_range, rescaled
 from schedd.sim.estimates import Estimates
@@ -57,6 +58,7 @@ from schedd.sim.jobs import (
     CANCELLED,
     FINISHED,
     MIGRATING,
+    PACKED,
     PENDING,
     PREEMPTING,
     RUNNING,
@@ -101,9 +103,12 @@ class SimOptions:
     sharing: SharingModel = field(default_factory=SharingModel)
     # The fraction of the jobs of more than one GPU that are elastic (elastic.py).
     elastic: float = 0.0
+    # What packing two jobs on the same GPUs costs each beyond their compute (packing.py).
+    pack_slowdown: float = 0.1
 
     def __post_init__(self) -> None:
         check_fraction(self.elastic)
+        packing.check_slowdown(self.pack_slowdown)
 
 
 class Simulation:
@@ -143,8 +148,10 @@ class Simulation:
         self.service = ServiceBook()
         self.gpu_owner: dict[str, SimJob] = {}  # the guaranteed holder
         self.gpu_sharer: dict[str, SimJob] = {}  # the opportunistic one
+        self.gpu_packed: dict[str, SimJob] = {}  # a job packed beside the holder (packing.py)
         self.pending: dict[int, SimJob] = {}  # by seq; sorted by seq when `_unsorted`
-        self.holding: dict[int, SimJob] = {}  # running, preempting or suspended
+        # Running, preempting, suspended, migrating or packed.
+        self.holding: dict[int, SimJob] = {}
         self.events: list[Event] = []
         self._event_seq = 0
         self._next_arrival = 0
@@ -256,10 +263,13 @@ class Simulation:
     def _worth_replanning(self, plan: Plan, snapshot: Snapshot) -> bool:
         """Whether a plan at the same instant could decide more. A plan that only
         launched (suspended or resumed) already filled what its view offered, and its
-        view was the cluster as it now is; GPUs freed by stops or preemptions, or jobs
-        behind a full pending window, are new to the next one."""
+        view was the cluster as it now is; GPUs freed by stops or preemptions, jobs
+        behind a full pending window, or a packed job whose partner the plan suspended
+        (its GPUs are its own to take), are new to the next one."""
         if len(snapshot.pending) >= self.profile.pending_window:
             return True
+        if any(u not in self.gpu_owner for u in self.gpu_packed):
+            return True  # a packed job's partner left: it may take its GPUs now
         # Deadline answers were already in this plan's view, and so were the GPUs its
         # suspensions freed (a policy's view frees them at once, unlike a preemption's)
         # and its moves took; a move frees its GPUs at its end, an event (at once: new).
@@ -319,15 +329,17 @@ class Simulation:
         of the attempt's start (`PlacedJob.attained_as_of`), so the tuple stays the same
         object from one instant to the next until a job starts or stops (and the
         policy's work on it can be reused), unless checkpoints are modelled: then each
-        running job's last checkpoint moves with time."""
+        running job's last checkpoint moves with time. A packed job's view is made
+        again at each instant (the policy counts service since `attained_as_of` for
+        running jobs only)."""
         every = self.options.checkpoint_interval_s
         cached = self._placed_view
-        if cached is not None and (every is None or cached[0] == now):
+        if cached is not None and (cached[0] == now or (every is None and not self.gpu_packed)):
             return cached[1]
         views = []
         for job in self.holding.values():
             view = job.placed_view
-            if view is None or (every is not None and job.state == RUNNING):
+            if view is None or job.state == PACKED or (every is not None and job.state == RUNNING):
                 view = self._placed_job(job, now, every)
             views.append(view)
         placed = tuple(views)
@@ -343,21 +355,32 @@ class Simulation:
         says it (the policy then counts the work since the start as at risk), although
         the simulated preemption loses nothing. With them, a run segment starts from a
         saved state (a suspension's is counted as saved), and a suspended or migrating
-        job's is its suspension or the start of its move."""
+        job's is its suspension or the start of its move.
+
+        A packed job's service is given as of now (its view is made at each instant),
+        its checkpoints as a running job's. A running or packed job's `progress_ratio`
+        is its speed against its speed alone, locality aside (sharing and packing); any
+        other job's is None."""
         started = job.started_at
         assert started is not None
-        checkpoint, as_of = None, None
-        if job.state == RUNNING:
-            as_of = started
+        checkpoint, as_of, ratio = None, None, None
+        attained = job.attained_gpu_s
+        if job.state in (RUNNING, PACKED):
+            ratio = job.share_speed * job.pack_speed
+            if job.state == RUNNING:
+                as_of = started
+            else:
+                attained += job.gpus * (now - started)
             if every is not None:
                 checkpoint = started + math.floor((now - started) / every) * every
         elif job.state in (SUSPENDED, MIGRATING) and every is not None:
             checkpoint = job.placed_fields["state_since"]
         view = PlacedJob(
             **job.placed_fields,
-            attained_s=job.attained_gpu_s,
+            attained_s=attained,
             checkpointed_at=checkpoint,
             attained_as_of=as_of,
+            progress_ratio=ratio,
         )
         job.placed_view = view
         return view
@@ -384,7 +407,7 @@ class Simulation:
             elif isinstance(action, Stop):
                 changed |= self._stop(action, now)
             elif isinstance(action, Suspend):
-                changed |= controls.suspend(self, action, now)
+                changed |= self._suspend(action, now)
             elif isinstance(action, Migrate):
                 changed |= controls.migrate(self, action, now)
             elif isinstance(action, Resize):
@@ -398,10 +421,24 @@ class Simulation:
             else:
                 self.ledger.unsupported[type(action).__name__] += 1
         for resume in resumes:
-            changed |= controls.resume(self, resume, now)
+            changed |= self._resume(resume, now)
         for launch in launches:
             changed |= self._launch(launch, now)
         return changed
+
+    def _suspend(self, action: Suspend, now: float) -> bool:
+        job = self._job(action.job_id, "Suspend")
+        if job.state == PACKED:
+            return packing.unpack(self, job, now)
+        return controls.suspend(self, action, now)
+
+    def _resume(self, action: Resume, now: float) -> bool:
+        if action.beside is not None:
+            return packing.pack(self, action, now)
+        job = self._job(action.job_id, "Resume")
+        if job.state == PACKED:
+            return packing.take_over(self, job, now)
+        return controls.resume(self, action, now)
 
     def _job(self, job_id: str, action: str) -> SimJob:
         job = self.by_id.get(job_id)
@@ -474,11 +511,20 @@ class Simulation:
     def _gpus_free(self, job: SimJob, uuids: tuple[str, ...] | list[str], verb: str) -> bool:
         """Whether `job` may take `uuids` as their holder of its kind: False (refused and
         counted) where a preemption or a move away still frees one; a SimError where
-        another job holds one (the policy gave a GPU twice)."""
+        another job holds one (the policy gave a GPU twice), or where a guaranteed job
+        would take GPUs another job runs on packed (its partner gone: the policy
+        resumes it as their holder before it launches anything)."""
         holders = self._holders(job.kind)
         for uuid in uuids:
             holder = holders.get(uuid)
             if holder is None:
+                packed = self.gpu_packed.get(uuid)
+                if packed is not None and packed is not job and job.kind != OPPORTUNISTIC:
+                    raise self.policy_error(
+                        f"{verb.capitalize()} of job {job.spec.job_id} on GPU {uuid}, where"
+                        f" job {packed.spec.job_id} runs packed (its partner gone, it is to"
+                        " be resumed as their holder first)"
+                    )
                 continue
             if holder.state == PREEMPTING or (
                 holder.state == MIGRATING and all(uuid not in s.gpu_uuids for s in holder.moving_to)
@@ -498,7 +544,8 @@ class Simulation:
         if job.state != RUNNING:
             self.ledger.refused[f"preempt of a {job.state} job"] += 1
             return False
-        self._stop_running(job, now)
+        with self._packing_changes(job, now):
+            self._stop_running(job, now)
         job.preemptions += 1
         self.ledger.actions["Preempt"] += 1
         if not preempt.requeue:
@@ -542,8 +589,9 @@ class Simulation:
         if job.state == PENDING:
             self._dequeue(job)
             self._end(job, CANCELLED, now)
-        elif job.state == RUNNING:
-            self._stop_running(job, now)
+        elif job.state in (RUNNING, PACKED):
+            with self._packing_changes(job, now):
+                self._stop_running(job, now)
             self._release(job, now)
             self._end(job, CANCELLED, now)
         elif job.state == SUSPENDED:
@@ -578,11 +626,12 @@ class Simulation:
         self._views_changed()
 
     def _hold(self, job: SimJob, now: float) -> None:
-        """The launched or resumed job takes its GPUs (as their holder of its kind) and
-        starts its clock; a job it now shares GPUs with changes speed."""
+        """The launched or resumed job takes its GPUs (as their holder of its kind, or,
+        packed, in the packed slot) and starts its clock; a job it now shares GPUs with
+        changes speed."""
         uuids = self._uuids(job)
         with self.gpus_change(uuids, now):
-            holders = self._holders(job.kind)
+            holders = self.gpu_packed if job.state == PACKED else self._holders(job.kind)
             for uuid in uuids:
                 holders[uuid] = job
         self.holding[job.seq] = job
@@ -597,12 +646,13 @@ class Simulation:
         else:
             uuids = self._uuids(job)
             with self.gpus_change(uuids, now):
-                holders = self._holders(job.kind)
+                packed = bool(uuids) and self.gpu_packed.get(uuids[0]) is job
+                holders = self.gpu_packed if packed else self._holders(job.kind)
                 for uuid in uuids:
                     del holders[uuid]
                 job.shards, job.moving_to = (), ()
             self.ledger.release(job, now)
-            if job.state in (RUNNING, MIGRATING):  # a preempted job's usage already ended
+            if job.state in (RUNNING, MIGRATING, PACKED):  # a preempted job's usage ended
                 self.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
         del self.holding[job.seq]
         self._placed_view = None
@@ -635,6 +685,16 @@ class Simulation:
         job.pending_view = None
         self.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
         job.state = PREEMPTING  # not RUNNING: _release must not charge usage again
+        job.pack_speed = 1.0  # computes nothing more: not packed with anyone (`_busy`)
+
+    def _packing_changes(self, job: SimJob, now: float) -> AbstractContextManager[None]:
+        """Around a change of the job's state where a job is packed on its GPUs (or it
+        is packed itself): the pair's speeds and utilisation change with it, though
+        nobody leaves the GPUs yet (a preemption's overhead)."""
+        uuids = self._uuids(job)
+        if any(u in self.gpu_packed for u in uuids):
+            return self.gpus_change(uuids, now)
+        return nullcontext()
 
     def _finish(self, job: SimJob, now: float) -> None:
         assert job.started_at is not None
@@ -653,7 +713,7 @@ class Simulation:
         """GPU-seconds received by every job that holds GPUs (or is suspended), or
         waits after a preemption."""
         for job in self.holding.values():
-            running = job.state == RUNNING and job.started_at is not None
+            running = job.state in (RUNNING, PACKED) and job.started_at is not None
             ran = now - job.started_at if running else 0.0  # type: ignore[operator]
             yield job.attained_gpu_s + job.gpus * ran
         for job in self.pending.values():
@@ -689,35 +749,57 @@ class Simulation:
 
     @contextmanager
     def gpus_change(self, uuids: list[str], now: float) -> Iterator[None]:
-        """Around a change of holders on `uuids`: every running job there (the one that
-        comes included) is timed again at its new speed, and the GPUs allocated and
-        their compute utilisation are counted again."""
+        """Around a change of holders on `uuids`: every running (or packed) job there
+        (the one that comes included) is timed again at its new speed, and the GPUs
+        allocated and their compute utilisation are counted again. Every change of what
+        `_busy` reads (holders, a migrating state, speeds) happens inside one: the
+        ledger's figure is the difference."""
         jobs = self._on(uuids)
         touched = {*uuids, *(u for j in jobs for u in self._uuids(j))}
         busy_before, held_before = self._busy(touched), self._held(uuids)
         yield
         jobs |= self._on(uuids)
         for job in jobs:
-            if job.state == RUNNING and job.shards:  # not the one leaving
+            if job.state in (RUNNING, PACKED) and job.shards:  # not the one leaving
                 self._retime(job, now)
         self.ledger.occupy(self._held(uuids) - held_before, self._busy(touched) - busy_before)
 
     def _held(self, uuids: list[str]) -> int:
-        return sum(1 for u in uuids if u in self.gpu_owner or u in self.gpu_sharer)
+        """GPUs held by anyone (a GPU two or three jobs share counts once)."""
+        owner, sharer, packed = self.gpu_owner, self.gpu_sharer, self.gpu_packed
+        return sum(1 for u in uuids if u in owner or u in sharer or u in packed)
 
     def _on(self, uuids: list[str]) -> set[SimJob]:
-        return {j for u in uuids for j in (self.gpu_owner.get(u), self.gpu_sharer.get(u)) if j}
+        owner, sharer, packed = self.gpu_owner, self.gpu_sharer, self.gpu_packed
+        return {j for u in uuids for j in (owner.get(u), sharer.get(u), packed.get(u)) if j}
 
     def _busy(self, uuids: set[str]) -> float:
-        """The GPUs' compute utilisation summed, in percent; a migrating job uses none."""
+        """The GPUs' compute utilisation summed, in percent; a migrating job uses none;
+        a packed pair the two jobs' work (each utilisation times its packing speed)."""
         total = 0.0
         for uuid in uuids:
             owner, sharer = self._computing(uuid)
-            pct = float(owner.utilization_pct) if owner is not None else 0.0
+            pct = owner.utilization_pct * owner.pack_speed if owner is not None else 0.0
+            packed = self.gpu_packed.get(uuid)
+            if packed is not None:
+                pct += packed.utilization_pct * packed.pack_speed
             if sharer is not None:
                 pct += sharer.utilization_pct * sharer.share_speed
             total += min(pct, 100.0)
         return total
+
+    def _used_beside(self, uuid: str) -> int | None:
+        """What an opportunistic job finds used of the GPU by the guaranteed jobs that
+        compute there (its holder, and a job packed beside it), at most 100 %; None:
+        none does."""
+        owner = self._computing(uuid)[0]
+        packed = self.gpu_packed.get(uuid)
+        if packed is not None and packed.state != PACKED:
+            packed = None
+        if owner is None and packed is None:
+            return None
+        used = sum(j.utilization_pct for j in (owner, packed) if j is not None)
+        return min(used, 100)
 
     def _computing(self, uuid: str) -> tuple[SimJob | None, SimJob | None]:
         """The GPU's guaranteed and opportunistic holders, but for one that is moving
@@ -746,14 +828,19 @@ class Simulation:
         job.progress_at = max(now, job.progress_at)
         model = self.options.sharing
         uuids = self._uuids(job)
+        ratio = job.share_speed * job.pack_speed
         if job.kind == OPPORTUNISTIC:
-            owners = [o.utilization_pct for u in uuids if (o := self._computing(u)[0])]
+            owners = [used for u in uuids if (used := self._used_beside(u)) is not None]
             job.share_speed = model.opportunistic_speed(max(owners) if owners else None)
         else:
             sharers = (self.gpu_sharer.get(u) for u in uuids)
             shared = any(o is not None and o.state != MIGRATING for o in sharers)
             job.share_speed = model.guaranteed_speed(shared)
-        job.speed = job.locality_speed * job.share_speed
+            job.pack_speed = packing.pair_speed(self, uuids)
+        job.speed = job.locality_speed * job.share_speed * job.pack_speed
+        if job.share_speed * job.pack_speed != ratio:  # its view's progress_ratio
+            job.placed_view = None
+            self._placed_view = None
         job.timing += 1
         if job.speed > 0:
             self._at(job.progress_at + job.remaining_s / job.speed, _FINISH, job)

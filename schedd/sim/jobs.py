@@ -4,9 +4,12 @@ future -> pending -> running -> finished
                       running -> preempting -> pending   (Preempt with an overhead)
                       running -> pending                 (Preempt without one)
                       running -> suspended -> running    (Suspend, then Resume: time-slicing)
+                    suspended -> packed -> suspended     (Resume beside its GPUs' holder,
+                                                          then Suspend: packing undone)
+                                 packed -> running       (Resume: its partner left)
                       running -> migrating -> running    (Migrate: to other GPUs after a while;
                                                           Resize: to another GPU count)
-pending / running / suspended -> cancelled               (Stop, or Preempt without requeue)
+pending / running / suspended / packed -> cancelled      (Stop, or Preempt without requeue)
                       migrating -> cancelled             (Stop: when the move is over)
 
 A suspended job keeps its shards (the GPUs it resumes on) and its place among the jobs
@@ -18,6 +21,11 @@ A migrating job holds both its own GPUs (`shards`) and those it moves to (`movin
 makes no progress, keeps no GPU busy and is charged usage as one job of its GPUs; when
 the move is over it runs on `moving_to` from the work saved at the decision, a new run
 segment as after a resume.
+
+A packed job (packing.py) runs beside the job that holds its very GPUs, in a slot of
+its own (`Simulation.gpu_packed`), both at the packing speed; it is charged and gains
+service as a running job does, from a new run segment as after a resume; when its
+partner leaves it runs on alone in that slot until the policy resumes it as the holder.
 
 An elastic job (`gpu_range`, elastic.py) may run on fewer GPUs than its trace's: `gpus`
 is the count it runs on (or last ran on), and `remaining_s` is its work left in seconds
@@ -32,6 +40,7 @@ from typing import Any
 
 from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard
 from schedd.policy.snapshot import MIGRATING as MIGRATING  # the PlacedJob states' words
+from schedd.policy.snapshot import PACKED as PACKED
 from schedd.policy.snapshot import SUSPENDED as SUSPENDED
 from schedd.sim.traces import TraceJob
 
@@ -62,9 +71,10 @@ class SimJob:
     ended_at: float | None = None  # finished or cancelled
     attained_gpu_s: float = 0.0  # GPU-seconds of service in attempts already over
     run_time_s: float = 0.0  # wall-clock seconds run in attempts already over
-    speed: float = 1.0  # now: locality x sharing
+    speed: float = 1.0  # now: locality x sharing x packing
     locality_speed: float = 1.0  # of the current attempt's placement
     share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
+    pack_speed: float = 1.0  # packed with another job on its GPUs, or not (packing.py)
     # When remaining_s was last brought up to date; after a resume with an overhead, when
     # progress begins again (later than now until the overhead is over).
     progress_at: float | None = None
@@ -81,6 +91,7 @@ class SimJob:
     suspensions: int = 0
     migrations: int = 0
     resizes: int = 0
+    packs: int = 0
     gpu_range: tuple[int, int] | None = None  # an elastic job's (least, most) GPUs
     cancel_when_freed: bool = False  # stopped while its preemption or move was under way
     deadline_admitted: bool | None = None  # the policy's AdmitDeadline, if any

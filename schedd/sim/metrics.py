@@ -120,6 +120,7 @@ class Summary:
     suspensions: int
     migrations: int
     resizes: int
+    packs: int  # Resumes beside another job (packing.py); unpacks are in `actions`
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
     unsupported_actions: dict[str, int]
@@ -204,6 +205,7 @@ def summarize(result: SimResult) -> Summary:
         suspensions=sum(j.suspensions for j in jobs),
         migrations=sum(j.migrations for j in jobs),
         resizes=sum(j.resizes for j in jobs),
+        packs=sum(j.packs for j in jobs),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),
         unsupported_actions=dict(ledger.unsupported),

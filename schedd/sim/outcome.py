@@ -25,6 +25,7 @@ class JobOutcome:
     suspensions: int
     migrations: int
     resizes: int
+    packs: int = 0  # Resumes beside another job applied (packing)
 
     @property
     def jct_s(self) -> float | None:
@@ -50,6 +51,7 @@ def outcome_of(job: SimJob) -> JobOutcome:
         suspensions=job.suspensions,
         migrations=job.migrations,
         resizes=job.resizes,
+        packs=job.packs,
     )
 
 

@@ -77,6 +77,10 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         headers.append("resizes")
         for row, s in zip(rows, summaries, strict=True):
             row.append(f"{s.resizes:,}")
+    if any(s.packs for s in summaries):  # only profiles that pack
+        headers.append("packs")
+        for row, s in zip(rows, summaries, strict=True):
+            row.append(f"{s.packs:,}")
     if any(s.deadline_jobs for s in summaries):
         headers.append(f"best-effort avg JCT ({unit})")
         for row, s in zip(rows, summaries, strict=True):

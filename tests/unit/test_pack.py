@@ -74,3 +74,15 @@ def test_a_packed_job_whose_partner_left_takes_the_gpus_as_its_own() -> None:
     # Meanwhile a packed job holds no GPU: another profile sees its GPU as free.
     plan = run("default", snapshot([N], [pending("new")], [job("p", PACKED)]), now=1500.0)
     assert launches(plan)["new"].gpu_uuids == ("n-g0",)
+
+
+def test_one_job_packs_beside_a_holder_and_no_turn_goes_there_meanwhile() -> None:
+    """With room for three on a GPU set, a packed pair still takes nobody else."""
+    crowd = [job("a", util=20), job("p", PACKED, util=20), job("s", SUSPENDED, util=20)]
+    spec = dataclasses.replace(BUILTIN["gandiva"], decide=("timeslice", "pack"))
+    spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, timeslice_max=3))
+    snap = snapshot([N], [pending("new")], crowd)
+    plan = build("gandiva", spec).plan(snap, 5000.0)
+    assert_valid(snap, plan)
+    assert acts(plan) == []  # s neither packs beside a nor takes a's turn
+    assert plan.waiting["new"].code == "no_capacity"  # nor does a newcomer take turns

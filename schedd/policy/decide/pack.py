@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.snapshot import PACKED, PlacedJob, holds_gpus
-from schedd.policy.timeslice import may_take_turns, suspended_jobs
+from schedd.policy.timeslice import may_take_turns, packed_sets, suspended_jobs
 from schedd.policy.view import View
 
 _PACKED_NOW = ("packed_now",)
@@ -83,6 +83,8 @@ def _partner(job: PlacedJob, holder: dict[str, PlacedJob], view: View) -> Placed
 def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
     if not (job.packable and partner.packable) or partner.job_id in view.stopping:
         return False
+    if partner.gpu_uuids in packed_sets(view):
+        return False  # one job packed beside a holder at most
     if job.utilization_pct is None or partner.utilization_pct is None:
         return False
     return job.utilization_pct + partner.utilization_pct <= view.settings.pack_below_pct

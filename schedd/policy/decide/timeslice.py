@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.snapshot import PlacedJob, holds_gpus
-from schedd.policy.timeslice import may_take_turns, suspended_jobs, turn_ends, turn_over
+from schedd.policy.timeslice import (
+    may_take_turns,
+    packed_sets,
+    suspended_jobs,
+    turn_ends,
+    turn_over,
+)
 from schedd.policy.view import View
 
 
@@ -27,6 +33,8 @@ def decide(view: View) -> list[Action]:
         if any(u not in holder for u in busy):
             continue  # not free, and no job the snapshot shows holds it: leave it be
         blockers = {holder[u].job_id: holder[u] for u in busy}
+        if any(b.gpu_uuids in packed_sets(view) for b in blockers.values()):
+            continue  # a pack runs there: its turn comes when the pack ends
         if not all(_turn_over(b, view) for b in blockers.values()):
             continue
         for blocker in blockers.values():

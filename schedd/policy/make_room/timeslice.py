@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from schedd.policy.make_room.victims import Eviction, PlaceFn
 from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
-from schedd.policy.timeslice import group_sizes, may_take_turns, since
+from schedd.policy.timeslice import group_sizes, may_take_turns, packed_sets, since
 from schedd.policy.view import View
 
 
@@ -23,7 +23,7 @@ def _partners(view: View, gpus: int) -> list[PlacedJob]:
     known = view.memo.get(key)
     if known is None:
         most = view.settings.timeslice_max
-        sizes = group_sizes(view)
+        sizes, packed = group_sizes(view), packed_sets(view)
         known = view.memo[key] = sorted(
             (
                 j
@@ -32,6 +32,7 @@ def _partners(view: View, gpus: int) -> list[PlacedJob]:
                 and may_take_turns(j)
                 and j.shards[0].node_id in view.capacity
                 and 1 + sizes[j.gpu_uuids] < most
+                and j.gpu_uuids not in packed
             ),
             key=lambda j: (sizes[j.gpu_uuids], since(j), j.job_id),
         )
