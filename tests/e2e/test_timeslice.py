@@ -16,8 +16,11 @@ from tests.e2e.test_job_controls import WORK, job_files, step_of
 pytestmark = pytest.mark.e2e
 
 SLICE_S = 3
+# Packing off: these little-used jobs would otherwise run at once (test_packing.py).
 GANDIVA = f"""
 policy = "gandiva"
+[profiles.gandiva]
+decide = ["timeslice"]
 [profiles.gandiva.settings]
 timeslice_s = {SLICE_S}
 """
