@@ -317,14 +317,9 @@ async def checkpoint(
         raise ControlRefused(f"job {row['id']} already runs on node {migrate_to}")
     if row["migrate_to"] is not None or row["resize_to"] is not None:
         raise ControlRefused(f"job {row['id']} is {_moving_words(row)} already")
-    _connected(hub, row)
     words = f"migration from node {source} to node {migrate_to} asked by {by}"
-    if not await jobs.ask_move(pool, row["id"], row["attempt"], words, migrate_to, gpu_uuids):
-        raise ControlRefused(f"cannot migrate job {row['id']}: it changed meanwhile")
-    if not await hub.send(source, msg):
-        why = f"migration to node {migrate_to} called off: node {source} is not connected"
-        await jobs.call_off_move(pool, row["id"], row["attempt"], why)
-        raise ControlRefused(f"node {source} running job {row['id']} is not connected")
+    move = f"migration to node {migrate_to}"
+    await _ask_move(pool, hub, row, "migrate", words, move, migrate_to, gpu_uuids)
     log.info(
         "job migrating",
         job_id=row["id"],
@@ -401,17 +396,10 @@ async def resize(
         # It saves its checkpoint at a step boundary, which a paused job never reaches;
         # a time-sliced or packed one does not hold the GPUs it runs on.
         raise ControlRefused(f"cannot resize job {row['id']}: it is suspended or packed")
-    _connected(hub, row)
     where = "" if node_id is None else f" on node {node_id}"
     words = f"resize from {row['gpus']} to {gpus} GPUs{where} asked by {by}"
-    if not await jobs.ask_move(
-        pool, row["id"], row["attempt"], words, node_id, gpu_uuids, resize_to=gpus
-    ):
-        raise ControlRefused(f"cannot resize job {row['id']}: it changed meanwhile")
-    if not await hub.send(source, Checkpoint(job_id=row["id"], attempt=row["attempt"])):
-        why = f"resize to {gpus} GPUs called off: node {source} is not connected"
-        await jobs.call_off_move(pool, row["id"], row["attempt"], why)
-        raise ControlRefused(f"node {source} running job {row['id']} is not connected")
+    move = f"resize to {gpus} GPUs"
+    await _ask_move(pool, hub, row, "resize", words, move, node_id, gpu_uuids, resize_to=gpus)
     log.info(
         "job resizing",
         job_id=row["id"],
@@ -423,6 +411,31 @@ async def resize(
         gpu_uuids=gpu_uuids,
         by=by,
     )
+
+
+async def _ask_move(
+    pool: asyncpg.Pool,
+    hub: Hub,
+    row: asyncpg.Record,
+    verb: str,
+    words: str,
+    move: str,
+    node_id: str | None,
+    gpu_uuids: list[str] | None,
+    resize_to: int | None = None,
+) -> None:
+    """Record the move (`jobs.ask_move`, its event saying `words`), then ask the job's
+    checkpoint: committed first, so that the checkpointed exit, however soon it comes,
+    finds where and on how many GPUs the job restarts; a send that fails calls the
+    move (`move`, in words) off again."""
+    _connected(hub, row)
+    job_id, attempt, source = row["id"], row["attempt"], row["node_id"]
+    if not await jobs.ask_move(pool, job_id, attempt, words, node_id, gpu_uuids, resize_to):
+        raise ControlRefused(f"cannot {verb} job {job_id}: it changed meanwhile")
+    if not await hub.send(source, Checkpoint(job_id=job_id, attempt=attempt)):
+        why = f"{move} called off: node {source} is not connected"
+        await jobs.call_off_move(pool, job_id, attempt, why)
+        raise ControlRefused(f"node {source} running job {job_id} is not connected")
 
 
 # ---- from the agents --------------------------------------------------------------

@@ -98,23 +98,9 @@ def migrate(sim: Simulation, action: Migrate, now: float) -> bool:
     target = _target(sim, job, action)
     if not sim._gpus_free(job, target.gpu_uuids, "migrate"):
         return False
-    _save_progress(job, now)
-    job.attempt += 1  # the end of this move is keyed by it
-    source = sim._uuids(job)
-    with sim.gpus_change([*source, *target.gpu_uuids], now):
-        job.state = MIGRATING  # keeps no GPU busy, and is not timed again meanwhile
-        job.moving_to = (target,)
-        holders = sim._holders(job.kind)
-        for uuid in target.gpu_uuids:
-            holders[uuid] = job
     job.migrations += 1
-    _show(sim, job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
     sim.ledger.actions["Migrate"] += 1
-    overhead = sim.options.migrate_overhead_s
-    if overhead > 0:
-        sim._at(now + overhead, MIGRATE_END, job)
-    else:
-        end_migration(sim, job, now)
+    _begin_move(sim, job, target, target.gpu_uuids, sim.options.migrate_overhead_s, now)
     return True
 
 
@@ -132,28 +118,40 @@ def resize(sim: Simulation, action: Resize, now: float) -> bool:
     target = _checked_shard(
         sim, f"Resize of job {job.spec.job_id}", action.node_id, action.gpu_uuids
     )
-    source = sim._uuids(job)
-    own = set(source)
+    own = set(sim._uuids(job))
     new = [u for u in target.gpu_uuids if u not in own]
     if not sim._gpus_free(job, new, "resize"):
         return False
+    job.resizes += 1
+    sim.ledger.actions["Resize"] += 1
+    _begin_move(sim, job, target, new, sim.options.resize_overhead_s, now)
+    return True
+
+
+def _begin_move(
+    sim: Simulation,
+    job: SimJob,
+    target: Shard,
+    new: tuple[str, ...] | list[str],
+    overhead_s: float,
+    now: float,
+) -> None:
+    """A migration's or a resize's start (module docstring): the job's work saved, it
+    holds `new` (the target's GPUs it does not hold already) beside its own, and its
+    move ends after `overhead_s`."""
     _save_progress(job, now)
-    job.attempt += 1  # the end of this restart is keyed by it
-    with sim.gpus_change([*source, *new], now):
+    job.attempt += 1  # the end of this move is keyed by it
+    with sim.gpus_change([*sim._uuids(job), *new], now):
         job.state = MIGRATING  # keeps no GPU busy, and is not timed again meanwhile
         job.moving_to = (target,)
         holders = sim._holders(job.kind)
         for uuid in new:
             holders[uuid] = job
-    job.resizes += 1
     _show(sim, job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
-    sim.ledger.actions["Resize"] += 1
-    overhead = sim.options.resize_overhead_s
-    if overhead > 0:
-        sim._at(now + overhead, MIGRATE_END, job)
+    if overhead_s > 0:
+        sim._at(now + overhead_s, MIGRATE_END, job)
     else:
         end_migration(sim, job, now)
-    return True
 
 
 def _resize_refusal(job: SimJob, action: Resize) -> str | None:

@@ -65,27 +65,26 @@ def overview(summaries: Sequence[Summary], unit: str) -> str:
         ]
         for s in summaries
     ]
-    if any(s.suspensions for s in summaries):  # only time-slicing profiles suspend
-        headers.append("suspensions")
-        for row, s in zip(rows, summaries, strict=True):
-            row.append(f"{s.suspensions:,}")
-    if any(s.migrations for s in summaries):  # only profiles that migrate
-        headers.append("migrations")
-        for row, s in zip(rows, summaries, strict=True):
-            row.append(f"{s.migrations:,}")
-    if any(s.resizes for s in summaries):  # only profiles that grow or shrink jobs
-        headers.append("resizes")
-        for row, s in zip(rows, summaries, strict=True):
-            row.append(f"{s.resizes:,}")
-    if any(s.packs for s in summaries):  # only profiles that pack
-        headers.append("packs")
-        for row, s in zip(rows, summaries, strict=True):
-            row.append(f"{s.packs:,}")
+    # What only some profiles do (suspend jobs to time-slice, migrate, grow or shrink,
+    # pack): a column each where any run did it.
+    _count_column(headers, rows, "suspensions", [s.suspensions for s in summaries])
+    _count_column(headers, rows, "migrations", [s.migrations for s in summaries])
+    _count_column(headers, rows, "resizes", [s.resizes for s in summaries])
+    _count_column(headers, rows, "packs", [s.packs for s in summaries])
     if any(s.deadline_jobs for s in summaries):
         headers.append(f"best-effort avg JCT ({unit})")
         for row, s in zip(rows, summaries, strict=True):
             row.append(_num(s.jct_best_effort_avg_s / scale))
     return table(headers, rows)
+
+
+def _count_column(headers: list[str], rows: list[list[str]], name: str, counts: list[int]) -> None:
+    """A column of `counts` (one a row) after the others, only where any is not 0: a
+    profile that never takes the action it counts is not shown a column of zeros."""
+    if any(counts):
+        headers.append(name)
+        for row, count in zip(rows, counts, strict=True):
+            row.append(f"{count:,}")
 
 
 def details(s: Summary, unit: str) -> str:

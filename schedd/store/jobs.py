@@ -502,16 +502,31 @@ async def note(
             assignments.append(f"controls = {_CONTROLS} || ${len(params)}::jsonb")
         else:
             assignments.append(f"{column} = ${len(params)}")
+    return await _update_with_event(
+        pool,
+        f"""
+        UPDATE jobs SET {", ".join(assignments)} WHERE id = $1 AND attempt = $2
+            AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
+        """,
+        *params,
+    )
+
+
+async def _update_with_event(
+    pool: asyncpg.Pool, update: str, job_id: str, attempt: int, reason: str, *params: Any
+) -> bool:
+    """`update`, an UPDATE of one job ($1 its id, $2 its attempt, $4 on `params`), and
+    the event `reason` ($3) in the history of the job it hit, which keeps its state, in
+    one statement: False where it hit none, and nothing changed."""
     row = await pool.fetchrow(
         f"""
-        WITH hit AS (
-            UPDATE jobs SET {", ".join(assignments)} WHERE id = $1 AND attempt = $2
-                AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
-            RETURNING id, state, attempt, node_id
-        )
+        WITH hit AS ({update} RETURNING id, state, attempt, node_id)
         INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
         SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
         """,
+        job_id,
+        attempt,
+        reason,
         *params,
     )
     return row is not None
@@ -534,36 +549,31 @@ async def set_suspended(
     job's new `resumed_at`. Only if the job is still running at that attempt, is
     time-sliced or not as `sliced` says, and (with `not_suspended`) is not suspended at
     all: False otherwise, and nothing changed."""
-    row = await pool.fetchrow(
+    return await _update_with_event(
+        pool,
         f"""
-        WITH hit AS (
-            UPDATE jobs SET
-                controls = {_CONTROLS} || $4::jsonb,
-                paused_s = paused_s + CASE WHEN NOT $3 AND suspended_at IS NOT NULL
-                    THEN greatest(extract(epoch FROM now() - suspended_at)::float8, 0)
-                    ELSE 0 END,
-                resumed_at = CASE WHEN NOT $3 AND suspended_at IS NOT NULL
-                    THEN now() ELSE resumed_at END,
-                suspended_at = CASE WHEN $3 THEN coalesce(suspended_at, now()) END,
-                {_FOLD_UTIL_ALONE}
-            WHERE id = $1 AND attempt = $2 AND state = 'running'
-              AND (coalesce((controls->>'suspended')::boolean, false)
-                   AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
-              AND NOT ($7 AND suspended_at IS NOT NULL)
-            RETURNING id, state, attempt, node_id
-        )
-        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
-        SELECT id, state, state, attempt, node_id, $5 FROM hit RETURNING id
+        UPDATE jobs SET
+            controls = {_CONTROLS} || $5::jsonb,
+            paused_s = paused_s + CASE WHEN NOT $4 AND suspended_at IS NOT NULL
+                THEN greatest(extract(epoch FROM now() - suspended_at)::float8, 0)
+                ELSE 0 END,
+            resumed_at = CASE WHEN NOT $4 AND suspended_at IS NOT NULL
+                THEN now() ELSE resumed_at END,
+            suspended_at = CASE WHEN $4 THEN coalesce(suspended_at, now()) END,
+            {_FOLD_UTIL_ALONE}
+        WHERE id = $1 AND attempt = $2 AND state = 'running'
+          AND (coalesce((controls->>'suspended')::boolean, false)
+               AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
+          AND NOT ($7 AND suspended_at IS NOT NULL)
         """,
         job_id,
         attempt,
+        reason,
         suspended,
         controls,
-        reason,
         sliced,
         not_suspended,
     )
-    return row is not None
 
 
 # What a note may set: the job's controls, where its checkpoint is, where its inputs
@@ -646,16 +656,12 @@ async def ask_move(
     that many GPUs (a resize; `node_id` None: a user's, on any node), and its event, in
     one statement. Only if it still runs at that attempt and no move is under way:
     False otherwise, and nothing changed."""
-    row = await pool.fetchrow(
+    return await _update_with_event(
+        pool,
         """
-        WITH hit AS (
-            UPDATE jobs SET migrate_to = $4, migrate_gpu_uuids = $5, resize_to = $6
-            WHERE id = $1 AND attempt = $2 AND state = 'running' AND migrate_to IS NULL
-              AND resize_to IS NULL
-            RETURNING id, state, attempt, node_id
-        )
-        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
-        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        UPDATE jobs SET migrate_to = $4, migrate_gpu_uuids = $5, resize_to = $6
+        WHERE id = $1 AND attempt = $2 AND state = 'running' AND migrate_to IS NULL
+          AND resize_to IS NULL
         """,
         job_id,
         attempt,
@@ -664,32 +670,26 @@ async def ask_move(
         gpu_uuids,
         resize_to,
     )
-    return row is not None
 
 
 async def hold_gpus(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str) -> bool:
     """A packed job whose partner left becomes its GPUs' holder: no longer packed, its
     turn on them timed from now, with its event, in one statement. Only if it is still
     running and packed at that attempt: False otherwise, and nothing changed."""
-    row = await pool.fetchrow(
+    return await _update_with_event(
+        pool,
         f"""
-        WITH hit AS (
-            UPDATE jobs SET controls = {_CONTROLS} || $4::jsonb, resumed_at = now(),
-                util_alone_at = NULL
-            WHERE id = $1 AND attempt = $2 AND state = 'running'
-              AND coalesce((controls->>'packed')::boolean, false)
-              AND NOT coalesce((controls->>'suspended')::boolean, false)
-            RETURNING id, state, attempt, node_id
-        )
-        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
-        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        UPDATE jobs SET controls = {_CONTROLS} || $4::jsonb, resumed_at = now(),
+            util_alone_at = NULL
+        WHERE id = $1 AND attempt = $2 AND state = 'running'
+          AND coalesce((controls->>'packed')::boolean, false)
+          AND NOT coalesce((controls->>'suspended')::boolean, false)
         """,
         job_id,
         attempt,
         reason,
         {"packed": False, "packed_beside": None},
     )
-    return row is not None
 
 
 async def call_off_move(
@@ -705,16 +705,12 @@ async def call_off_move(
     the move (a migration's target and GPUs, a resize) is dropped, with its event, in
     one statement, so that no snapshot holds GPUs for it; with `set_checkpointable`,
     `checkpointable` is recorded too. False if the job is at another attempt."""
-    row = await pool.fetchrow(
+    return await _update_with_event(
+        pool,
         """
-        WITH hit AS (
-            UPDATE jobs SET migrate_to = NULL, migrate_gpu_uuids = NULL, resize_to = NULL,
-                checkpointable = CASE WHEN $5 THEN $4 ELSE checkpointable END
-            WHERE id = $1 AND attempt = $2
-            RETURNING id, state, attempt, node_id
-        )
-        INSERT INTO job_events (job_id, from_state, to_state, attempt, node_id, reason)
-        SELECT id, state, state, attempt, node_id, $3 FROM hit RETURNING id
+        UPDATE jobs SET migrate_to = NULL, migrate_gpu_uuids = NULL, resize_to = NULL,
+            checkpointable = CASE WHEN $5 THEN $4 ELSE checkpointable END
+        WHERE id = $1 AND attempt = $2
         """,
         job_id,
         attempt,
@@ -722,7 +718,6 @@ async def call_off_move(
         checkpointable,
         set_checkpointable,
     )
-    return row is not None
 
 
 async def succeeded_mark(pool: asyncpg.Pool) -> tuple[int, str | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,24 @@ def job_files(cluster: Cluster) -> Path:
     return where
 
 
+def shim_jobs_on_one_gpu(
+    cluster: Cluster, config: str, steps: str, pause: str
+) -> tuple[str, Callable[[], str]]:
+    """schedd with `config` and one agent with one GPU: alice's token, and a submit of her
+    1-GPU training job through the shim (`steps` steps, each followed by `pause` s)."""
+    cluster.extra_schedd_config = config
+    cluster.start_schedd()
+    cluster.start_agent("node-a", gpus=1)
+    alice = cluster.token("alice")
+    train = [sys.executable, "-S", "train.py", steps, str(WORK), pause]
+    where = str(job_files(cluster))
+
+    def submit() -> str:
+        return cluster.submit(alice, command=train, cwd=where, gpus=1)
+
+    return alice, submit
+
+
 def step_of(cluster: Cluster, token: str, job_id: str) -> int:
     progress = cluster.job(token, job_id)["progress"]
     return int(progress["step"]) if progress else 0
@@ -44,6 +63,10 @@ def rate(cluster: Cluster, token: str, job_id: str, seconds: float) -> float:
 def gpu_of(cluster: Cluster, token: str, job_id: str) -> dict[str, Any]:
     nodes = cluster.curl("GET", "/v1/nodes", token).body["nodes"]
     return next(g for n in nodes for g in n["gpus"] if g["job_id"] == job_id)
+
+
+def reasons(cluster: Cluster, token: str, job_id: str) -> list[str]:
+    return [e["reason"] for e in cluster.job(token, job_id)["events"]]
 
 
 def events_with(cluster: Cluster, token: str, job_id: str, words: str) -> list[dict[str, Any]]:

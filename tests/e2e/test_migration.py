@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
-from tests.e2e.test_job_controls import ROOT, step_of
+from tests.e2e.test_job_controls import ROOT, reasons, step_of
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +52,6 @@ while state["step"] < least or not stop.exists():
 print(json.dumps({"finished_at": state["step"]}), flush=True)
 """
 WAIT_S = 120  # any one step of the scenario, on a loaded 2-core machine
-
-
-def reasons(cluster: Cluster, token: str, job_id: str) -> list[str]:
-    return [e["reason"] for e in cluster.job(token, job_id)["events"]]
 
 
 def node_of(job: dict[str, Any]) -> str:

@@ -5,12 +5,10 @@ and the scheduler resumes the suspended job beside the other. Both then finish."
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
-from tests.e2e.test_job_controls import WORK, job_files
+from tests.e2e.test_job_controls import reasons, shim_jobs_on_one_gpu
 
 pytestmark = pytest.mark.e2e
 
@@ -31,18 +29,9 @@ PACKED = "resume beside job"
 DONE_S = 240
 
 
-def reasons(cluster: Cluster, token: str, job_id: str) -> list[str]:
-    return [e["reason"] for e in cluster.job(token, job_id)["events"]]
-
-
 def test_two_little_used_jobs_are_packed(cluster: Cluster) -> None:
-    cluster.extra_schedd_config = GANDIVA_PACKING
-    cluster.start_schedd()
-    cluster.start_agent("node-a", gpus=1)
-    alice = cluster.token("alice")
-    train = [sys.executable, "-S", "train.py", STEPS, str(WORK), PAUSE]
-    where = str(job_files(cluster))
-    first = cluster.submit(alice, command=train, cwd=where, gpus=1)
+    alice, submit = shim_jobs_on_one_gpu(cluster, GANDIVA_PACKING, STEPS, PAUSE)
+    first = submit()
     cluster.wait_state(alice, first, "running", timeout=60)
     # Sampled alone: its utilisation is known before the second job arrives.
     wait_until(
@@ -50,7 +39,7 @@ def test_two_little_used_jobs_are_packed(cluster: Cluster) -> None:
         60,
         "A's utilisation alone",
     )
-    second = cluster.submit(alice, command=train, cwd=where, gpus=1)
+    second = submit()
     cluster.wait_state(alice, second, "running", "succeeded", timeout=60)
 
     # B's own samples come while A is suspended; then A resumes beside B.

@@ -5,13 +5,12 @@ turns go on where they were after schedd or the agent restarts (kill -9) meanwhi
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
-from tests.e2e.test_job_controls import WORK, job_files, step_of
+from tests.e2e.test_job_controls import reasons, shim_jobs_on_one_gpu, step_of
 
 pytestmark = pytest.mark.e2e
 
@@ -33,10 +32,6 @@ RESUMED = "resume asked by the scheduler"
 DONE_S = 240
 
 
-def reasons(cluster: Cluster, token: str, job_id: str) -> list[str]:
-    return [e["reason"] for e in cluster.job(token, job_id)["events"]]
-
-
 def suspended_now(cluster: Cluster, token: str, job_id: str) -> dict[str, Any] | None:
     job = cluster.job(token, job_id)
     controls = job["controls"] or {}
@@ -47,17 +42,12 @@ def suspended_now(cluster: Cluster, token: str, job_id: str) -> dict[str, Any] |
 def start_pair(cluster: Cluster) -> tuple[str, str, str, list[str]]:
     """schedd under `gandiva` and one agent with one GPU; job A runs, then job B starts
     on A's GPU while A is suspended. (token, A, B, the GPU)"""
-    cluster.extra_schedd_config = GANDIVA
-    cluster.start_schedd()
-    cluster.start_agent("node-a", gpus=1)
-    alice = cluster.token("alice")
-    train = [sys.executable, "-S", "train.py", STEPS, str(WORK), PAUSE]
-    where = str(job_files(cluster))
-    first = cluster.submit(alice, command=train, cwd=where, gpus=1)
+    alice, submit = shim_jobs_on_one_gpu(cluster, GANDIVA, STEPS, PAUSE)
+    first = submit()
     gpu = cluster.wait_state(alice, first, "running", timeout=60)["placement"]["gpu_uuids"]
     # Its shim is connected (a job without one would be stopped with SIGSTOP instead).
     wait_until(lambda: step_of(cluster, alice, first) > 3, 60, "A's first steps")
-    second = cluster.submit(alice, command=train, cwd=where, gpus=1)
+    second = submit()
     started = cluster.wait_state(alice, second, "running", "succeeded", timeout=60)
     assert started["placement"]["gpu_uuids"] == gpu
     return alice, first, second, gpu

@@ -1,4 +1,5 @@
-"""A scripted agent on a real websocket: it speaks shared/protocol.py and does what a test says."""
+"""A scripted agent on a real websocket: it speaks shared/protocol.py and does what a test says
+(its jobs' starts and exits, what their shims report)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from typing import TypeVar
 
 import aiohttp
 import asyncpg
+import msgspec
 from aiohttp.test_utils import TestServer
 
 from schedd.hub import Hub
 from schedd.store import jobs
 from shared import protocol as p
-from tests.integration.inprocess import JOIN_TOKEN
+from tests.integration.inprocess import JOIN_TOKEN, Schedd
 
 M = TypeVar("M", bound=p.Msg)
+# Where the tests' shims say they saved a checkpoint.
+CHECKPOINT = "/ck/step-000000007"
 
 
 def inventory(gpus: int = 2) -> p.Inventory:
@@ -87,3 +91,62 @@ async def state_becomes(
         while (row := await jobs.get(pool, job_id))["state"] != state:  # noqa: ASYNC110 - a row
             await asyncio.sleep(0.01)
     return row
+
+
+async def reasons(pool: asyncpg.Pool, job_id: str) -> list[str]:
+    """The reasons in the job's history, oldest first."""
+    return [e["reason"] for e in await jobs.events(pool, job_id)]
+
+
+async def agent_on(schedd: Schedd, node_id: str, *reports: p.JobReport, gpus: int = 2) -> FakeAgent:
+    """A scripted agent, connected and ready, with GPUs named after its node (`n1-g0`,
+    `n1-g1`, ...), which reports `reports` in its hello."""
+    agent = FakeAgent(schedd.server, node_id, gpus=gpus)
+    named = [msgspec.structs.replace(g, uuid=f"{node_id}-g{g.index}") for g in agent.inventory.gpus]
+    agent.inventory = msgspec.structs.replace(agent.inventory, gpus=named)
+    return await agent.connect(*reports, hub=schedd.hub)
+
+
+async def started(agent: FakeAgent, pool: asyncpg.Pool, job_id: str) -> p.Launch:
+    """The next message to `agent` launches the job: it starts, and is running."""
+    launch = await agent.expect(p.Launch)
+    assert launch.job_id == job_id
+    await agent.start(launch)
+    await state_becomes(pool, job_id, "running")
+    return launch
+
+
+async def stepping(agent: FakeAgent, pool: asyncpg.Pool, job_id: str, attempt: int = 1) -> None:
+    """The job's shim reports mini-batches: it can save a checkpoint on request."""
+    await agent.send(
+        p.JobProgress(job_id=job_id, attempt=attempt, step=7, steps_per_s=10.0, step_wall_s=0.1)
+    )
+    async with asyncio.timeout(5):
+        while (await jobs.get(pool, job_id))["checkpointable"] is not True:  # type: ignore[index]  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def checkpointed(agent: FakeAgent, job_id: str, attempt: int = 1) -> None:
+    """The job saves its checkpoint at `CHECKPOINT` and exits, as its shim does on
+    request."""
+    await agent.send(
+        p.JobControlled(
+            job_id=job_id, attempt=attempt, event="checkpointed", step=7,
+            detail="checkpoint of step 7 saved", path=CHECKPOINT,
+        )
+    )  # fmt: skip
+    await agent.send(
+        p.JobExited(job_id=job_id, attempt=attempt, exit_code=85, checkpoint=CHECKPOINT)
+    )
+    await agent.expect(p.ExitAck)
+
+
+async def save_failed(agent: FakeAgent, job_id: str, attempt: int = 1) -> None:
+    """The job's shim fails to save the checkpoint it was asked for, as one whose job
+    registered no save function does; the job runs on."""
+    await agent.send(
+        p.JobControlled(
+            job_id=job_id, attempt=attempt, event="checkpoint_failed", step=9,
+            detail="CheckpointError: no save function",
+        )
+    )  # fmt: skip

@@ -1,19 +1,26 @@
-"""schedd's parts wired in-process on a real PostgreSQL and served on a real TCP port."""
+"""schedd's parts wired in-process on a real PostgreSQL and served on a real TCP port, and
+what tests do with them: submit a job, read the placed jobs, call the API, lose sends."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import aiohttp
 import asyncpg
 from aiohttp.test_utils import TestServer
 
 from schedd.api import Api, build_app
 from schedd.executor import Executor
 from schedd.hub import Hub
+from schedd.policy.snapshot import PlacedJob
 from schedd.scheduler import Scheduler
+from schedd.store import jobs
+from shared import protocol as p
 from shared.config import SchedConfig
+from shared.model import JobSpec
 from shared.tasks import Supervisor
 
 JOIN_TOKEN = "test-join-token"
@@ -45,3 +52,64 @@ async def start_schedd(pool: asyncpg.Pool, **config: object) -> AsyncIterator[Sc
         await hub.close()
         await supervisor.close()
         await server.close()
+
+
+@contextmanager
+def sends_lost(schedd: Schedd) -> Iterator[None]:
+    """What the hub sends meanwhile is lost, as when a node's link drops between a
+    control's commit and its send."""
+
+    async def lost(node_id: str, msg: p.Msg) -> bool:
+        return False
+
+    hub_send, schedd.hub.send = schedd.hub.send, lost  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        schedd.hub.send = hub_send  # type: ignore[method-assign]
+
+
+async def submit(
+    schedd: Schedd,
+    pool: asyncpg.Pool,
+    gpus: int = 1,
+    min_gpus: int | None = None,
+    estimate_s: float | None = None,
+) -> str:
+    """Alice's training job, stored as the API stores it, and the scheduler woken for it."""
+    spec = JobSpec(
+        name="train", command=["train"], gpus=gpus, min_gpus=min_gpus,
+        estimated_runtime_s=estimate_s,
+    )  # fmt: skip
+    row, _ = await jobs.submit(pool, "alice", spec, None)
+    schedd.scheduler.wake()
+    return str(row["id"])
+
+
+async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
+    """The placed jobs as a snapshot taken now shows them, by id."""
+    return {j.job_id: j for j in await schedd.scheduler.placed_now()}
+
+
+async def api_get(schedd: Schedd, token: str, path: str) -> dict[str, Any]:
+    """What the API answers a GET of `path` with `token`, which must be a 200."""
+    status, body = await _api(schedd, token, "GET", path)
+    assert status == 200, body
+    return dict(body)
+
+
+async def control(schedd: Schedd, token: str, job_id: str, name: str) -> int:
+    """The status the API answers a control of the job (`suspend`, `resume`, ...) with."""
+    status, _ = await _api(schedd, token, "POST", f"/v1/jobs/{job_id}/{name}")
+    return status
+
+
+async def _api(schedd: Schedd, token: str, method: str, path: str) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(
+            method, schedd.server.make_url(path), headers={"Authorization": f"Bearer {token}"}
+        ) as resp,
+    ):
+        # Read whatever the type: errors come as application/problem+json.
+        return resp.status, await resp.json(content_type=None)

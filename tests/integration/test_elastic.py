@@ -11,23 +11,33 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any
 
-import aiohttp
 import asyncpg
-import msgspec
 import pytest
 
 from schedd.policy.actions import Launch, Plan, Resize
-from schedd.policy.snapshot import MIGRATING, PlacedJob, Shard
+from schedd.policy.snapshot import MIGRATING, Shard
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig
-from shared.model import JobSpec
-from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
-
-CHECKPOINT = "/ck/step-000000007"
+from tests.integration.fake_agent import (
+    CHECKPOINT,
+    agent_on,
+    checkpointed,
+    reasons,
+    save_failed,
+    started,
+    state_becomes,
+    stepping,
+)
+from tests.integration.inprocess import (
+    Schedd,
+    api_get,
+    placed,
+    sends_lost,
+    start_schedd,
+    submit,
+)
 
 
 @pytest.fixture
@@ -38,85 +48,10 @@ async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
         yield s
 
 
-async def agent_on(schedd: Schedd, node_id: str, *reports: p.JobReport, gpus: int = 2) -> FakeAgent:
-    """A scripted agent with GPUs named after its node (`n1-g0`, `n1-g1`, ...)."""
-    agent = FakeAgent(schedd.server, node_id, gpus=gpus)
-    named = [msgspec.structs.replace(g, uuid=f"{node_id}-g{g.index}") for g in agent.inventory.gpus]
-    agent.inventory = msgspec.structs.replace(agent.inventory, gpus=named)
-    return await agent.connect(*reports, hub=schedd.hub)
-
-
-async def submit(
-    schedd: Schedd,
-    pool: asyncpg.Pool,
-    gpus: int = 1,
-    min_gpus: int | None = None,
-    estimate_s: float | None = None,
-) -> str:
-    spec = JobSpec(
-        name="train", command=["train"], gpus=gpus, min_gpus=min_gpus,
-        estimated_runtime_s=estimate_s,
-    )  # fmt: skip
-    row, _ = await jobs.submit(pool, "alice", spec, None)
-    schedd.scheduler.wake()
-    return str(row["id"])
-
-
-async def started(agent: FakeAgent, pool: asyncpg.Pool, job_id: str) -> p.Launch:
-    launch = await agent.expect(p.Launch)
-    assert launch.job_id == job_id
-    await agent.start(launch)
-    await state_becomes(pool, job_id, "running")
-    return launch
-
-
-async def stepping(agent: FakeAgent, pool: asyncpg.Pool, job_id: str, attempt: int = 1) -> None:
-    """The job's shim reports mini-batches: it can save a checkpoint on request."""
-    await agent.send(
-        p.JobProgress(job_id=job_id, attempt=attempt, step=7, steps_per_s=10.0, step_wall_s=0.1)
-    )
-    async with asyncio.timeout(5):
-        while (await jobs.get(pool, job_id))["checkpointable"] is not True:  # type: ignore[index]  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-
-
-async def checkpointed(agent: FakeAgent, job_id: str, attempt: int = 1) -> None:
-    """The job saves its checkpoint and exits, as its shim does on request."""
-    await agent.send(
-        p.JobControlled(
-            job_id=job_id, attempt=attempt, event="checkpointed", step=7,
-            detail="checkpoint of step 7 saved", path=CHECKPOINT,
-        )
-    )  # fmt: skip
-    await agent.send(
-        p.JobExited(job_id=job_id, attempt=attempt, exit_code=85, checkpoint=CHECKPOINT)
-    )
-    await agent.expect(p.ExitAck)
-
-
-async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
-    return {j.job_id: j for j in await schedd.scheduler.placed_now()}
-
-
-async def reasons(pool: asyncpg.Pool, job_id: str) -> list[str]:
-    return [e["reason"] for e in await jobs.events(pool, job_id)]
-
-
-async def api_get(schedd: Schedd, pool: asyncpg.Pool, path: str) -> dict[str, Any]:
-    token = await tokens.create(pool, "alice", "admin")
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(
-            schedd.server.make_url(path), headers={"Authorization": f"Bearer {token}"}
-        ) as resp,
-    ):
-        assert resp.status == 200
-        return dict(await resp.json())
-
-
 async def test_an_elastic_job_starts_on_fewer_gpus_and_grows_into_idle_ones(
     schedd: Schedd, pool: asyncpg.Pool
 ) -> None:
+    admin = await tokens.create(pool, "alice", "admin")
     n1 = await agent_on(schedd, "n1", gpus=4)
     other = await submit(schedd, pool, gpus=2)
     await started(n1, pool, other)
@@ -130,10 +65,10 @@ async def test_an_elastic_job_starts_on_fewer_gpus_and_grows_into_idle_ones(
     assert any("elastic, on 2 of its 4 GPUs" in r for r in await reasons(pool, elastic))
     seen = (await placed(schedd))[elastic]
     assert (seen.request.gpus, seen.gpu_range, seen.state) == (2, (1, 4), "running")
-    shown = await api_get(schedd, pool, f"/v1/jobs/{elastic}")
+    shown = await api_get(schedd, admin, f"/v1/jobs/{elastic}")
     assert (shown["gpus"], shown["gpu_range"]) == (2, [1, 4])
     # What it holds and is charged for is the count it got: 2 + 2 of the node's 4.
-    queues = await api_get(schedd, pool, "/v1/queues")
+    queues = await api_get(schedd, admin, "/v1/queues")
     (default,) = [q for q in queues["queues"] if q["name"] == "default"]
     assert default["usage"]["gpus"] == 4
 
@@ -156,7 +91,7 @@ async def test_an_elastic_job_starts_on_fewer_gpus_and_grows_into_idle_ones(
     assert moving.state == MIGRATING
     assert moving.shards == (Shard("n1", tuple(launch.gpu_uuids)),)
     assert moving.moving_to == (Shard("n1", tuple(row["migrate_gpu_uuids"])),)
-    shown = await api_get(schedd, pool, f"/v1/jobs/{elastic}")
+    shown = await api_get(schedd, admin, f"/v1/jobs/{elastic}")
     assert shown["resizing_to"] == 4 and sorted(shown["resizing_to_gpus"]) == target
     assert "migrating_to" not in shown
     asked = "resize from 2 to 4 GPUs on node n1 asked by the scheduler: grows into 2 idle GPU(s)"
@@ -259,12 +194,7 @@ async def test_a_resize_that_cannot_happen_holds_nothing(
     await n1.expect(p.Checkpoint)
     assert (await placed(schedd))[job_id].moving_to == (Shard("n1", ("n1-g0", "n1-g1")),)
     assert not await execute(grow)  # one under way already
-    await n1.send(
-        p.JobControlled(
-            job_id=job_id, attempt=1, event="checkpoint_failed", step=9,
-            detail="CheckpointError: no save function",
-        )
-    )  # fmt: skip
+    await save_failed(n1, job_id)
     async with asyncio.timeout(5):
         while (row := await jobs.get(pool, job_id)) and row["resize_to"]:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -275,15 +205,8 @@ async def test_a_resize_that_cannot_happen_holds_nothing(
     assert words in await reasons(pool, job_id)
 
     # The link drops between the resize's commit and its send: called off again.
-
-    async def dropped(node_id: str, msg: p.Msg) -> bool:
-        return False
-
-    hub_send, schedd.hub.send = schedd.hub.send, dropped  # type: ignore[method-assign]
-    try:
+    with sends_lost(schedd):
         assert not await execute(grow)
-    finally:
-        schedd.hub.send = hub_send  # type: ignore[method-assign]
     row = await jobs.get(pool, job_id)
     assert row is not None and row["resize_to"] is None and row["migrate_to"] is None
     said = await reasons(pool, job_id)

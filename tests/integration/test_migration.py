@@ -11,9 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 
-import aiohttp
 import asyncpg
-import msgspec
 import pytest
 
 from schedd.policy.actions import Launch, Migrate, Plan, Suspend
@@ -21,11 +19,25 @@ from schedd.policy.snapshot import MIGRATING, PlacedJob, Shard, Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig
-from shared.model import JobSpec
-from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
-
-CHECKPOINT = "/ck/step-000000007"
+from tests.integration.fake_agent import (
+    CHECKPOINT,
+    FakeAgent,
+    agent_on,
+    checkpointed,
+    reasons,
+    save_failed,
+    started,
+    state_becomes,
+    stepping,
+)
+from tests.integration.inprocess import (
+    Schedd,
+    api_get,
+    placed,
+    sends_lost,
+    start_schedd,
+    submit,
+)
 
 
 @pytest.fixture
@@ -36,70 +48,13 @@ async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
         yield s
 
 
-async def agent_on(schedd: Schedd, node_id: str, *reports: p.JobReport) -> FakeAgent:
-    """A scripted agent with two GPUs named after its node (`n1-g0`, `n1-g1`), which
-    reports `reports` in its hello."""
-    agent = FakeAgent(schedd.server, node_id)
-    gpus = [msgspec.structs.replace(g, uuid=f"{node_id}-g{g.index}") for g in agent.inventory.gpus]
-    agent.inventory = msgspec.structs.replace(agent.inventory, gpus=gpus)
-    return await agent.connect(*reports, hub=schedd.hub)
-
-
-async def submit(
-    schedd: Schedd, pool: asyncpg.Pool, gpus: int = 1, estimate_s: float | None = None
-) -> str:
-    job = JobSpec(name="train", command=["train"], gpus=gpus, estimated_runtime_s=estimate_s)
-    row, _ = await jobs.submit(pool, "alice", job, None)
-    schedd.scheduler.wake()
-    return str(row["id"])
-
-
 async def run_one(
     schedd: Schedd, pool: asyncpg.Pool, agent: FakeAgent, estimate_s: float | None = None
 ) -> str:
     """Submit a 1-GPU job and start it where it is launched, which must be `agent`."""
     job_id = await submit(schedd, pool, estimate_s=estimate_s)
-    launch = await agent.expect(p.Launch)
-    assert launch.job_id == job_id
-    await agent.start(launch)
-    await state_becomes(pool, job_id, "running")
+    await started(agent, pool, job_id)
     return job_id
-
-
-async def stepping(agent: FakeAgent, pool: asyncpg.Pool, job_id: str, attempt: int = 1) -> None:
-    """The job's shim reports mini-batches: it can save a checkpoint on request."""
-    await agent.send(
-        p.JobProgress(job_id=job_id, attempt=attempt, step=7, steps_per_s=10.0, step_wall_s=0.1)
-    )
-    async with asyncio.timeout(5):
-        while not await _checkpointable(pool, job_id):  # noqa: ASYNC110 - a row
-            await asyncio.sleep(0.01)
-
-
-async def _checkpointable(pool: asyncpg.Pool, job_id: str) -> bool:
-    row = await jobs.get(pool, job_id)
-    return row is not None and row["checkpointable"] is True
-
-
-async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
-    return {j.job_id: j for j in await schedd.scheduler.placed_now()}
-
-
-async def reasons(pool: asyncpg.Pool, job_id: str) -> list[str]:
-    return [e["reason"] for e in await jobs.events(pool, job_id)]
-
-
-async def get_job(schedd: Schedd, pool: asyncpg.Pool, job_id: str) -> dict[str, object]:
-    token = await tokens.create(pool, "alice", "user")
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(
-            schedd.server.make_url(f"/v1/jobs/{job_id}"),
-            headers={"Authorization": f"Bearer {token}"},
-        ) as resp,
-    ):
-        assert resp.status == 200
-        return dict(await resp.json())
 
 
 async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
@@ -147,7 +102,8 @@ async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
     assert moving.state == MIGRATING
     assert moving.shards == (Shard("n1", ("n1-g0",)),)
     assert moving.moving_to == (Shard("n2", tuple(v_gpu)),)
-    shown = await get_job(schedd, pool, x)
+    alice = await tokens.create(pool, "alice", "user")
+    shown = await api_get(schedd, alice, f"/v1/jobs/{x}")
     assert (shown["migrating_to"], shown["migrating_to_gpus"]) == ("n2", v_gpu)
     asked = (
         "migration from node n1 to node n2 asked by the scheduler:"
@@ -168,20 +124,13 @@ async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
 
     # It saved and exited: requeued at once pinned to n2, with its service kept, and
     # launched there from its checkpoint; Z starts on n1, which X left.
-    await n1.send(
-        p.JobControlled(
-            job_id=x, attempt=1, event="checkpointed", step=7, detail="checkpoint of step 7 saved",
-            path=CHECKPOINT,
-        )
-    )  # fmt: skip
-    await n1.send(p.JobExited(job_id=x, attempt=1, exit_code=85, checkpoint=CHECKPOINT))
-    await n1.expect(p.ExitAck)
+    await checkpointed(n1, x)
     relaunch = await n2.expect(p.Launch)
     assert (relaunch.job_id, relaunch.attempt) == (x, 2)
     assert relaunch.resume_from == CHECKPOINT
     assert relaunch.gpu_uuids == v_gpu
-    started = await n1.expect(p.Launch)
-    assert (started.job_id, sorted(started.gpu_uuids)) == (z, ["n1-g0", "n1-g1"])
+    z_launch = await n1.expect(p.Launch)
+    assert (z_launch.job_id, sorted(z_launch.gpu_uuids)) == (z, ["n1-g0", "n1-g1"])
 
     requeued = next(s for s in planned[before_exit:] if any(j.job_id == x for j in s.pending))
     waiting = next(j for j in requeued.pending if j.job_id == x)
@@ -232,12 +181,7 @@ async def test_a_move_that_cannot_happen_holds_nothing(schedd: Schedd, pool: asy
     assert (await moving()).moving_to == (Shard("n2", ("n2-g1",)),)
     # It is not suspended for time-slicing while it saves to leave its GPUs.
     assert not await execute(Suspend(job_id, "time-sliced: another job takes turns"))
-    await n1.send(
-        p.JobControlled(
-            job_id=job_id, attempt=1, event="checkpoint_failed", step=9,
-            detail="CheckpointError: no save function",
-        )
-    )  # fmt: skip
+    await save_failed(n1, job_id)
     await move_dropped(pool, job_id)
     now = (await placed(schedd))[job_id]
     assert (now.state, now.moving_to, now.checkpointable) == ("running", (), False)
@@ -258,14 +202,8 @@ async def test_a_move_that_cannot_happen_holds_nothing(schedd: Schedd, pool: asy
     await stepping(n1, pool, job_id)
 
     # The link drops between the move's commit and its send: called off again.
-    async def dropped(node_id: str, msg: p.Msg) -> bool:
-        return False
-
-    hub_send, schedd.hub.send = schedd.hub.send, dropped  # type: ignore[method-assign]
-    try:
+    with sends_lost(schedd):
         assert not await execute(move)
-    finally:
-        schedd.hub.send = hub_send  # type: ignore[method-assign]
     row = await jobs.get(pool, job_id)
     assert row is not None and row["migrate_to"] is None and row["migrate_gpu_uuids"] is None
     said = await reasons(pool, job_id)

@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import aiohttp
 import asyncpg
 import pytest
 
-from schedd.policy.snapshot import PACKED, SUSPENDED, PlacedJob
+from schedd.policy.snapshot import PACKED, SUSPENDED
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig
-from shared.model import JobSpec
-from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
+from tests.integration.fake_agent import FakeAgent, reasons, started
+from tests.integration.inprocess import Schedd, control, placed, start_schedd, submit
 
 
 @pytest.fixture
@@ -29,16 +27,6 @@ async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     packs = ProfileConfig(decide=["timeslice", "pack"], settings={"timeslice_s": 3600.0})
     async with start_schedd(pool, policy="gandiva", profiles={"gandiva": packs}) as s:
         yield s
-
-
-async def submit(schedd: Schedd, pool: asyncpg.Pool) -> str:
-    row, _ = await jobs.submit(pool, "alice", JobSpec(name="t", command=["train"]), None)
-    schedd.scheduler.wake()
-    return str(row["id"])
-
-
-async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
-    return {j.job_id: j for j in await schedd.scheduler.placed_now()}
 
 
 async def sample(agent: FakeAgent, pool: asyncpg.Pool, job_id: str, util: int) -> None:
@@ -73,17 +61,13 @@ async def two_taking_turns(schedd: Schedd, pool: asyncpg.Pool) -> tuple[FakeAgen
     which runs alone at 40%, with 0.1 s steps too."""
     agent = await FakeAgent(schedd.server, gpus=1).connect(hub=schedd.hub)
     first = await submit(schedd, pool)
-    await agent.start(await agent.expect(p.Launch))
-    await state_becomes(pool, first, "running")
+    await started(agent, pool, first)
     await sample(agent, pool, first, 30)
     await steps(agent, pool, first, 0.1, alone=True)
 
     second = await submit(schedd, pool)
     assert (await agent.expect(p.Suspend)).job_id == first
-    launch = await agent.expect(p.Launch)
-    assert launch.job_id == second
-    await agent.start(launch)
-    await state_becomes(pool, second, "running")
+    await started(agent, pool, second)
     await steps(agent, pool, second, 0.1, alone=True)
     await sample(agent, pool, second, 40)
     # The suspended job was not sampled meanwhile: its figure is still its own. (A cycle
@@ -105,16 +89,16 @@ async def packed_beside(schedd: Schedd, pool: asyncpg.Pool, agent: FakeAgent, jo
             await asyncio.sleep(0.01)
 
 
-async def control(schedd: Schedd, pool: asyncpg.Pool, job_id: str, name: str) -> int:
-    token = await tokens.create(pool, "alice", "user")
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            schedd.server.make_url(f"/v1/jobs/{job_id}/{name}"),
-            headers={"Authorization": f"Bearer {token}"},
-        ) as resp,
-    ):
-        return resp.status
+async def stays_suspended(schedd: Schedd, agent: FakeAgent, job_id: str) -> None:
+    """A cycle runs and sends the agent nothing: the suspended job is not packed."""
+    cycles = schedd.scheduler.cycles
+    schedd.scheduler.wake()
+    async with asyncio.timeout(5):
+        while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    with pytest.raises(TimeoutError):
+        await agent.next(within=0.3)
+    assert (await placed(schedd))[job_id].state == SUSPENDED
 
 
 async def test_two_little_used_jobs_are_packed_and_unpacked_when_it_hurts(
@@ -131,7 +115,7 @@ async def test_two_little_used_jobs_are_packed_and_unpacked_when_it_hurts(
     seen = await placed(schedd)
     assert seen[first].state_since == pytest.approx(row["resumed_at"].timestamp())
     assert (seen[second].state, seen[first].gpu_uuids) == ("running", seen[second].gpu_uuids)
-    said = [e["reason"] for e in await jobs.events(pool, first)]
+    said = await reasons(pool, first)
     assert any(
         r.startswith(f"resume beside job {second} (packed: the two run at once) asked by the"
                      f" scheduler: packed beside job {second}: together they use about 70%")
@@ -140,8 +124,9 @@ async def test_two_little_used_jobs_are_packed_and_unpacked_when_it_hurts(
     # Not measured against their rates alone until their shims report from the pack.
     assert (seen[first].progress_ratio, seen[second].progress_ratio) == (None, None)
     # Its user may neither suspend nor resume it: the scheduler runs the two at once.
-    assert await control(schedd, pool, first, "suspend") == 409
-    assert await control(schedd, pool, first, "resume") == 409
+    alice = await tokens.create(pool, "alice", "user")
+    assert await control(schedd, alice, first, "suspend") == 409
+    assert await control(schedd, alice, first, "resume") == 409
 
     # Packed, each steps at 0.25 s instead of 0.1 s alone: 0.4 + 0.4 of their speed,
     # worse than taking turns. The pack is undone: the packed job is suspended again.
@@ -160,18 +145,11 @@ async def test_two_little_used_jobs_are_packed_and_unpacked_when_it_hurts(
     assert seen[first].packable is False and seen[second].packable is True
     row = await jobs.get(pool, first)
     assert row is not None and not row["controls"]["packed"]
-    said = [e["reason"] for e in await jobs.events(pool, first)]
+    said = await reasons(pool, first)
     assert any("worse than taking turns" in r and "not packed again" in r for r in said), said
 
     # Not packed again in this attempt, however little the two use.
-    cycles = schedd.scheduler.cycles
-    schedd.scheduler.wake()
-    async with asyncio.timeout(5):
-        while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    with pytest.raises(TimeoutError):
-        await agent.next(within=0.3)
-    assert (await placed(schedd))[first].state == SUSPENDED
+    await stays_suspended(schedd, agent, first)
     await agent.close()
 
 
@@ -190,7 +168,7 @@ async def test_a_packed_job_whose_partner_left_holds_the_gpu(
             await asyncio.sleep(0.01)
     row = await jobs.get(pool, first)
     assert row is not None and not row["controls"]["packed"] and not row["controls"]["suspended"]
-    said = [e["reason"] for e in await jobs.events(pool, first)]
+    said = await reasons(pool, first)
     assert said[-1].startswith("takes its GPUs as their holder, asked by the scheduler: its packed")
     # Alone again: its GPU samples and step times count as its own once more.
     await sample(agent, pool, first, 35)
@@ -215,30 +193,20 @@ async def test_a_job_taking_turns_is_packed_only_once_its_utilisation_is_known(
 ) -> None:
     agent = await FakeAgent(schedd.server, gpus=1).connect(hub=schedd.hub)
     first = await submit(schedd, pool)
-    await agent.start(await agent.expect(p.Launch))
-    await state_becomes(pool, first, "running")
+    await started(agent, pool, first)
     second = await submit(schedd, pool)
     await agent.expect(p.Suspend)
-    launch = await agent.expect(p.Launch)
-    await agent.start(launch)
-    await state_becomes(pool, second, "running")
+    await started(agent, pool, second)
     # Only the running job was sampled: the suspended one's utilisation is not known,
     # and the estimator has learned nothing yet.
     await sample(agent, pool, second, 20)
     seen = await placed(schedd)
     assert (seen[first].utilization_pct, seen[second].utilization_pct) == (None, 20)
-    cycles = schedd.scheduler.cycles
-    schedd.scheduler.wake()
-    async with asyncio.timeout(5):
-        while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    with pytest.raises(TimeoutError):
-        await agent.next(within=0.3)
-    assert (await placed(schedd))[first].state == SUSPENDED
+    await stays_suspended(schedd, agent, first)
 
     # The resource estimator, once trained, predicts what was not measured: 25% + 20%.
     schedd.scheduler.estimator = PredictsUtilisation()  # type: ignore[assignment]
     await packed_beside(schedd, pool, agent, first)
-    said = [e["reason"] for e in await jobs.events(pool, first)]
+    said = await reasons(pool, first)
     assert any("together they use about 45% of the GPUs" in r for r in said), said
     await agent.close()

@@ -10,18 +10,16 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 
-import aiohttp
 import asyncpg
 import pytest
 
 from schedd.policy.actions import Launch, Plan, Suspend
-from schedd.policy.snapshot import SUSPENDED, PlacedJob, Shard, Snapshot
+from schedd.policy.snapshot import SUSPENDED, Shard, Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig
-from shared.model import JobSpec
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
+from tests.integration.inprocess import Schedd, control, placed, start_schedd, submit
 
 SLICE_S = 1.0
 
@@ -31,27 +29,6 @@ async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     turns = ProfileConfig(settings={"timeslice_s": SLICE_S})
     async with start_schedd(pool, policy="gandiva", profiles={"gandiva": turns}) as s:
         yield s
-
-
-async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
-    return {j.job_id: j for j in await schedd.scheduler.placed_now()}
-
-
-async def submit(schedd: Schedd, pool: asyncpg.Pool) -> str:
-    row, _ = await jobs.submit(pool, "alice", JobSpec(name="t", command=["train"]), None)
-    schedd.scheduler.wake()
-    return str(row["id"])
-
-
-async def control(schedd: Schedd, token: str, job_id: str, name: str) -> int:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            schedd.server.make_url(f"/v1/jobs/{job_id}/{name}"),
-            headers={"Authorization": f"Bearer {token}"},
-        ) as resp,
-    ):
-        return resp.status
 
 
 async def test_jobs_take_turns_on_one_gpu(schedd: Schedd, pool: asyncpg.Pool) -> None:
