@@ -9,7 +9,15 @@ from collections.abc import Iterator
 
 from schedd.policy.actions import Migrate
 from schedd.policy.placement import node_can_ever_fit
-from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob, Request, Shard, holds_gpus
+from schedd.policy.snapshot import (
+    GUARANTEED,
+    MIGRATING,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+    holds_gpus,
+)
 from schedd.policy.timeslice import group_sizes, since
 from schedd.policy.view import View
 
@@ -28,7 +36,7 @@ def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
         and job.kind == GUARANTEED
         and holds_gpus(job)
         and job.request.gpus > 0
-        and job.job_id not in view.stopping
+        and not view.decided(job.job_id)
         and view.now - since(job) >= view.settings.min_run_s
         and all(s.node_id in view.capacity for s in job.shards)
         and not (alone and group_sizes(view)[job.gpu_uuids])
@@ -82,10 +90,31 @@ def target(
 _NODES_TRIED = 16
 
 
+def promised(view: View) -> set[str]:
+    """Nodes this plan is freeing for a waiting job (by moves or shrinks): no other
+    move of the plan goes there, nor counts on them for another job."""
+    known: set[str] = view.memo.setdefault(("promised_nodes",), set())  # type: ignore[assignment]
+    return known
+
+
+def leaving_gpus(view: View, node_id: str) -> int:
+    """GPUs of the node that moves under way (migrations, shrinks) will free."""
+    freed = 0
+    for job in placed_on(view).get(node_id, []):
+        if job.state == MIGRATING:
+            staying = {u for s in job.moving_to for u in s.gpu_uuids}
+            freed += sum(
+                1 for s in job.shards if s.node_id == node_id for u in s.gpu_uuids
+                if u not in staying
+            )  # fmt: skip
+    return freed
+
+
 def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tuple[str, int]]:
     """(node, GPUs missing there) for the nodes that could run a waiting job but lack
-    GPUs for it now, those with the most free first (at most 16 tried), none already
-    promised to another job of the plan: where making room for it is weighed."""
+    GPUs for it now, even once the moves under way there are done, those with the most
+    free first (at most 16 tried), none already promised to another job of the plan:
+    where making room for it is weighed."""
     nodes = sorted(
         (
             n
@@ -96,7 +125,9 @@ def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tup
     )[:_NODES_TRIED]
     for node_id in nodes:
         missing = job.request.gpus - len(view.usable_gpus(node_id, job))
-        if missing > 0:  # where it fits, it waits for something room does not change
+        if missing > 0 and missing > leaving_gpus(view, node_id):
+            # where it fits, or will once moves under way are done, it waits for
+            # something more room does not change
             yield node_id, missing
 
 

@@ -109,6 +109,7 @@ RECHECKS: dict[str, RecheckFn] = {
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
     "deadline": deadline_preemption.recheck_at,
+    "timeslice": timeslice.recheck_at,
 }
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")

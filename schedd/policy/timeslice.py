@@ -25,13 +25,33 @@ TURN_SLACK = 0.1
 
 def turn_over(job: PlacedJob, view: View) -> bool:
     """Whether the running job has had its turn (or all but the slack of it)."""
-    return view.now >= turn_ends(job, view) - TURN_SLACK * view.settings.timeslice_s
+    return view.now >= turn_ends(job, view) - TURN_SLACK * turn_length(job.queue, view)
+
+
+def turn_length(queue: str, view: View) -> float:
+    """`timeslice_s` times the queue's weight (weighted round-robin)."""
+    return view.settings.timeslice_s * view.queue(queue).weight
 
 
 def turn_ends(job: PlacedJob, view: View) -> float:
-    """When a running job's turn is over: `timeslice_s` times its queue's weight after it
-    started or resumed (weighted round-robin)."""
-    return since(job) + view.settings.timeslice_s * view.queue(job.queue).weight
+    """When a running job's turn is over: a turn after it started or resumed."""
+    return since(job) + turn_length(job.queue, view)
+
+
+_BEGUN = ("turns_begun",)
+
+
+def turn_begins(queue: str, view: View) -> None:
+    """A job of `queue` starts a turn in this plan (a newcomer beside a paused partner,
+    or a resume): the plan is to be made again when that turn ends."""
+    ends: list[float] = view.memo.setdefault(_BEGUN, [])  # type: ignore[assignment]
+    ends.append(view.now + turn_length(queue, view))
+
+
+def turns_begun_end(view: View) -> float | None:
+    """When the first turn this plan began ends, if it began any."""
+    ends: list[float] = view.memo.get(_BEGUN, [])  # type: ignore[assignment]
+    return min(ends, default=None)
 
 
 def suspended_jobs(view: View) -> list[PlacedJob]:

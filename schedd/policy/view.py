@@ -19,6 +19,7 @@ from schedd.policy.snapshot import (
     Gpu,
     PendingJob,
     PlacedJob,
+    Request,
     Shard,
     Snapshot,
     holds_gpus,
@@ -50,6 +51,9 @@ class View:
     reserved: dict[str, Reservation] = field(default_factory=dict)  # GPU uuid ->
     reservations: dict[str, Reservation] = field(default_factory=dict)  # job id ->
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
+    # Jobs this plan paused, resumed, packed or moved: they keep (or take) GPUs, so
+    # they are no victims nor leavers, but take no other decision this cycle.
+    touched: set[str] = field(default_factory=set)
     # node -> job size -> jobs; the inner dicts are shared with the kept totals until
     # `writable` copies a node's.
     gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -202,11 +206,15 @@ class View:
         self.stopping.add(job.job_id)
         self._count(job.queue, job.user, job.request.resources(), -1)
 
+    def decided(self, job_id: str) -> bool:
+        """Whether this plan already stops, pauses, resumes, packs or moves the job."""
+        return job_id in self.stopping or job_id in self.touched
+
     def suspend(self, job: PlacedJob) -> None:
         """A running job paused for another (time-slicing): its GPUs are free in this
         plan at once, it keeps its CPUs and memory, and its queue no longer holds them."""
         self.generation += 1
-        self.stopping.add(job.job_id)
+        self.touched.add(job.job_id)
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
@@ -223,7 +231,7 @@ class View:
         """A suspended (or packed) job takes its own GPUs again (they are free in this
         plan); it takes no other decision this cycle."""
         self.generation += 1
-        self.stopping.add(job.job_id)
+        self.touched.add(job.job_id)
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
@@ -239,10 +247,13 @@ class View:
         """A running job's move to `shards` (free in this plan): it takes them now and
         keeps its own until it runs there, still one job of its queue's."""
         self.generation += 1
-        self.stopping.add(job.job_id)  # moving: no victim, nor moved again, this cycle
+        self.touched.add(job.job_id)  # moving: no victim, nor moved again, this cycle
+        here = {s.node_id for s in job.shards}
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
+            if shard.node_id in here:  # a grow in place: its CPUs and memory are there
+                part = Request(len(shard.gpu_uuids), 0.0, 0)
             cap.take(shard.gpu_uuids, part)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
 

@@ -201,7 +201,9 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     cpus = dict.fromkeys(by_node, 0.0)
     mem = dict.fromkeys(by_node, 0)
     holders = [(j.shards, j.request) for j in snap.placed]
-    holders += [(j.moving_to, j.request) for j in snap.placed if j.moving_to]
+    for j in snap.placed:  # a move's target: a grow in place adds GPUs only
+        here = {s.node_id for s in j.shards}
+        holders += [((s,), j.request) for s in j.moving_to if s.node_id not in here]
     for move in (a for a in plan.actions if isinstance(a, Migrate)):
         target = (Shard(move.node_id, move.gpu_uuids),)
         holders.append((target, placed_by_id[move.job_id].request))

@@ -139,3 +139,12 @@ def test_a_time_sliced_pair_is_parted_when_gpus_come_free() -> None:
     assert moves(plan) == {} and launches(plan)["new"].gpu_uuids == ("b-g0",)
     ending = dataclasses.replace(waiting, estimate_s=30.0)
     assert moves(run("gandiva", snapshot([a, b], [], [partner, ending]), now=400.0)) == {}
+
+
+def test_no_second_move_while_one_under_way_frees_the_node() -> None:
+    nodes, running = fragmented()
+    moving = dataclasses.replace(
+        running[0], state=MIGRATING, moving_to=(Shard("b", ("b-g3",)),), state_since=1000.0
+    )
+    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], [moving, *running[1:]]), now=1010.0)
+    assert moves(plan) == {}  # a has 1 free and 1 leaving: enough for wide once it left

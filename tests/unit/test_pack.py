@@ -86,3 +86,9 @@ def test_one_job_packs_beside_a_holder_and_no_turn_goes_there_meanwhile() -> Non
     assert_valid(snap, plan)
     assert acts(plan) == []  # s neither packs beside a nor takes a's turn
     assert plan.waiting["new"].code == "no_capacity"  # nor does a newcomer take turns
+
+
+def test_no_pack_where_an_opportunistic_job_shares_the_gpus() -> None:
+    sharer = dataclasses.replace(placed_job("o", N, [0], utilization_pct=10), kind="opportunistic")
+    snap = snapshot([N], [], [job("a", util=30), job("s", SUSPENDED, util=30), sharer])
+    assert acts(gandiva(snap, 1000.0)) == []

@@ -7,7 +7,7 @@ import dataclasses
 
 from schedd.policy.actions import Launch, Plan, Resume, Suspend
 from schedd.policy.queues import QueueSpec
-from schedd.policy.snapshot import SUSPENDED, PlacedJob
+from schedd.policy.snapshot import SUSPENDED, PlacedJob, Request
 from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
 
 
@@ -28,13 +28,14 @@ def kinds(plan: Plan) -> list[tuple[str, str]]:
 def test_a_job_with_no_free_gpus_takes_turns_with_a_job_of_its_size() -> None:
     n = node("n", 4)
     running = [placed("one", n, [0]), placed("two", n, [1, 2]), placed("one-b", n, [3])]
-    plan = run("gandiva", snapshot([n], [pending("new", 2)], running), now=100.0)
+    plan = run("gandiva", snapshot([n], [pending("new", 2)], running), now=1000.0)
     # Its partner has its GPU count (Gandiva's affinity): paused first, then it starts there.
     assert kinds(plan) == [("Suspend", "two"), ("Launch", "new")]
+    assert plan.recheck_at == 1600.0  # when the newcomer's turn ends, for two's turn
     assert launches(plan)["new"].gpu_uuids == ("n-g1", "n-g2")
     assert "takes turns" in next(a for a in plan.actions if isinstance(a, Suspend)).reason
     # With no running job of its size it waits, as in any profile.
-    plan = run("gandiva", snapshot([n], [pending("new", 3)], running), now=100.0)
+    plan = run("gandiva", snapshot([n], [pending("new", 3)], running), now=1000.0)
     assert plan.actions == []
     assert plan.waiting["new"].code == "no_capacity"
 
@@ -46,30 +47,51 @@ def test_other_profiles_never_time_slice() -> None:
 
 
 def test_the_least_shared_gpus_first_then_the_longest_turn() -> None:
-    n = node("n", 3)
+    n = node("n", 4)
     a = turn(placed("a", n, [0]), 50.0)
     b = turn(placed("b", n, [1]), 10.0)
     c = turn(placed("c", n, [2]), 0.0)
-    c_partner = paused(placed("c2", n, [2]), 0.0)
-    snap = snapshot([n], [pending("x"), pending("y"), pending("z")], [a, b, c, c_partner])
-    plan = run("gandiva", snap, now=100.0, timeslice_max=3, timeslice_s=1000.0)
-    # b has run longest in its turn among the unshared; then a; c's GPU has two already.
-    assert launches(plan)["x"].gpu_uuids == ("n-g1",)
-    assert launches(plan)["y"].gpu_uuids == ("n-g0",)
-    assert launches(plan)["z"].gpu_uuids == ("n-g2",)
-    # At most `timeslice_max` jobs take turns on one set of GPUs: with 2, c is full.
-    plan = run("gandiva", snap, now=100.0, timeslice_s=1000.0)
-    assert set(launches(plan)) == {"x", "y"}
-    assert plan.waiting["z"].code == "no_capacity"
+    d = turn(placed("d", n, [3]), 400.0)
+    d_partner = paused(placed("d2", n, [3]), 300.0)
+    waiting = [pending("x"), pending("y"), pending("z"), pending("w")]
+    snap = snapshot([n], waiting, [a, b, c, d, d_partner])
+    plan = run("gandiva", snap, now=1000.0, timeslice_max=3)
+    # The unshared first, the one whose turn began longest ago first. d's turn is over
+    # too, but d2 has waited for it: d2 takes it, and w waits for the next.
+    assert [launches(plan)[j].gpu_uuids for j in "xyz"] == [("n-g2",), ("n-g1",), ("n-g0",)]
+    assert ("Resume", "d2") in kinds(plan) and plan.waiting["w"].code == "no_capacity"
+    # At most `timeslice_max` jobs take turns on one set of GPUs: with 1, none.
+    plan = run("gandiva", snap, now=1000.0, timeslice_max=1)
+    assert not launches(plan)
 
 
 def test_a_partner_needs_room_for_the_jobs_cpus_and_memory_beside_it() -> None:
     n = node("n", 1, cpus=4)
     running = [placed("a", n, [0], cpus=3)]
-    plan = run("gandiva", snapshot([n], [pending("big", cpus=2)], running), now=100.0)
+    plan = run("gandiva", snapshot([n], [pending("big", cpus=2)], running), now=1000.0)
     assert plan.actions == []
-    plan = run("gandiva", snapshot([n], [pending("small", cpus=1)], running), now=100.0)
+    plan = run("gandiva", snapshot([n], [pending("small", cpus=1)], running), now=1000.0)
     assert kinds(plan) == [("Suspend", "a"), ("Launch", "small")]
+
+
+def test_a_newcomer_never_cuts_a_turn_short() -> None:
+    n = node("n", 1)
+    young = turn(placed("young", n, [0]), 900.0)  # resumed or started 100 s ago
+    plan = run("gandiva", snapshot([n], [pending("new")], [young]), now=1000.0)
+    assert plan.actions == [] and plan.waiting["new"].code == "no_capacity"
+    assert plan.recheck_at == 900.0 + 600.0 - 60.0  # its turn is over then (the slack)
+    assert kinds(run("gandiva", snapshot([n], [pending("new")], [young]), now=1440.0)) == [
+        ("Suspend", "young"),
+        ("Launch", "new"),
+    ]
+
+
+def test_a_job_that_needs_large_gpus_never_takes_turns_on_small_ones() -> None:
+    small = node("small", 1, gpu_memory_mib=16_384)
+    running = [placed("r", small, [0])]
+    big = dataclasses.replace(pending("big"), request=Request(1, 1, 1024, 40_000))
+    plan = run("gandiva", snapshot([small], [big], running), now=1000.0)
+    assert plan.actions == []
 
 
 def test_turns_rotate_when_the_running_jobs_turn_is_over() -> None:
@@ -82,6 +104,7 @@ def test_turns_rotate_when_the_running_jobs_turn_is_over() -> None:
     assert early.recheck_at == 700.0  # when a's turn ends, though nothing is pending
     due = run("gandiva", snap, now=700.0, timeslice_s=600.0)
     assert kinds(due) == [("Suspend", "a"), ("Resume", "s")]
+    assert due.recheck_at == 1300.0  # s's turn ends then: a's comes again
     assert "turn is over" in due.actions[0].reason  # type: ignore[union-attr]
 
 

@@ -27,7 +27,7 @@ Moves = list[tuple[PlacedJob, tuple[Shard, ...]]]
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
     actions: list[Action] = []
-    promised: set[str] = set()  # nodes being freed for an earlier job of this plan
+    promised = migration.promised(view)
     for job in waiting_for_room(view, plan):
         need = job.request.gpus
         if view.free_gpu_count() < need:
@@ -88,20 +88,23 @@ def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Mov
 
 def _moves_off(node_id: str, missing: int, view: View, promised: set[str]) -> Moves | None:
     """Movers off the node that free at least `missing` GPUs, each with its target (not
-    on a node being freed): one job if one is large enough (the smallest such), else
-    the largest first."""
+    on a node being freed): one job if one large enough can go somewhere (the smallest
+    such), else the largest first."""
     here = [
         m
         for m in migration.placed_on(view).get(node_id, [])
         if len(m.shards) == 1 and migration.movable(m, view)
     ]
-    single = sorted((m for m in here if m.request.gpus >= missing), key=_size_then_id)
-    ordered = single[:1] or sorted(here, key=_size_then_id, reverse=True)
+    avoid = frozenset({node_id, *promised})
+    for single in sorted((m for m in here if m.request.gpus >= missing), key=_size_then_id):
+        shards = migration.target(single, view, avoid, {})
+        if shards is not None:
+            return [(single, shards)]
     taken: migration.Taken = {}
     moves: Moves = []
     freed = 0
-    for mover in ordered:
-        shards = migration.target(mover, view, frozenset({node_id, *promised}), taken)
+    for mover in sorted(here, key=_size_then_id, reverse=True):
+        shards = migration.target(mover, view, avoid, taken)
         if shards is None:
             continue
         migration.take(taken, shards)

@@ -42,6 +42,8 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             break
         assert job.gpu_range is not None
         (shard,) = job.shards
+        if shard.node_id in migration.promised(view):
+            continue  # its idle GPUs are being freed for a waiting job
         free = view.capacity[shard.node_id].free_gpus
         now = job.request.gpus
         extra = tuple(g.uuid for g in free[: job.gpu_range[1] - now])

@@ -27,7 +27,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     for job in waiting:
         if len(actions) >= settings.migrate_jobs:
             break
-        if job.job_id in view.stopping:
+        if view.decided(job.job_id):
             continue  # resumed by this plan already
         on = {
             p.job_id: p
@@ -43,7 +43,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         shared = min(view.remaining(job), view.remaining(partner))
         if shared <= settings.migrate_cost_s:
             continue
-        shards = migration.target(partner, view, frozenset(), {})
+        shards = migration.target(partner, view, frozenset(migration.promised(view)), {})
         if shards is None:
             continue
         reason = (

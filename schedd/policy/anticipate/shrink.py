@@ -23,7 +23,7 @@ Shrinks = list[tuple[PlacedJob, int]]  # (job, GPUs it keeps)
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
     actions: list[Action] = []
-    promised: set[str] = set()
+    promised = migration.promised(view)
     for job in waiting_for_room(view, plan):
         found = _cheapest(job, view, promised)
         if found is None:
@@ -54,6 +54,9 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
 def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shrinks] | None:
     best: tuple[int, str, Shrinks] | None = None
     for node_id, missing in migration.short_nodes(job, view, promised):
+        cap = view.capacity[node_id]
+        if cap.cpus + 1e-9 < job.request.cpus or cap.memory_mib < job.request.memory_mib:
+            continue  # a shrunk job keeps its CPUs and memory
         shrinks = _shrinks_on(node_id, missing, view)
         if shrinks is None:
             continue

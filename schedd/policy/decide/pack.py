@@ -6,13 +6,15 @@ Once per cycle, after the turns (`decide.timeslice`):
 - a packed job whose partner is gone (its GPUs are free) takes them as their holder
   (`Resume`, no `beside`);
 - a packed pair whose progress rates (each against its rate alone, as the shell measures
-  them) add up to less than `pack_min_progress` is unpacked: the packed job is suspended
+  them, read `pack_check_s` after the pack) add up to less than `pack_min_progress` is
+  unpacked: the packed job is suspended
   and the turns go on; the shell records that it is not to be packed again this attempt
   (`packable`);
 - a suspended job and the one job running on its very GPUs, neither unpacked before,
   whose utilisations (`utilization_pct`, the shell's figure; a job without one is not
   packed) add up to at most `pack_below_pct`, are packed: the suspended job resumes
-  beside the running one (`Resume` with `beside`).
+  beside the running one (`Resume` with `beside`), unless an opportunistic job shares
+  those GPUs.
 A plan that packs asks to be made again `pack_check_s` later, when the rates are known.
 """
 
@@ -29,10 +31,11 @@ _PACKED_NOW = ("packed_now",)
 def decide(view: View) -> list[Action]:
     placed = view.snapshot.placed
     packed = [j for j in placed if j.state == PACKED]
-    waiting = [j for j in suspended_jobs(view) if j.job_id not in view.stopping]
+    waiting = [j for j in suspended_jobs(view) if not view.decided(j.job_id)]
     if not packed and not waiting:
         return []
     holder = {u: j for j in placed if holds_gpus(j) for u in j.gpu_uuids}
+    check = view.settings.pack_check_s
     actions: list[Action] = []
     for job in packed:
         partner = _partner(job, holder, view)
@@ -43,8 +46,9 @@ def decide(view: View) -> list[Action]:
                 actions.append(Resume(job.job_id, "its packed partner left: its GPUs are its own"))
             continue
         rates = (job.progress_ratio, partner.progress_ratio)
-        if None not in rates and sum(rates) < view.settings.pack_min_progress:  # type: ignore[arg-type]
-            view.stopping.add(job.job_id)
+        measured = job.state_since is None or view.now >= job.state_since + check
+        if measured and None not in rates and sum(rates) < view.settings.pack_min_progress:  # type: ignore[arg-type]
+            view.touched.add(job.job_id)
             actions.append(
                 Suspend(
                     job.job_id,
@@ -56,7 +60,10 @@ def decide(view: View) -> list[Action]:
         partner = _partner(job, holder, view)
         if partner is None or not _packable(job, partner, view):
             continue
-        view.stopping.update((job.job_id, partner.job_id))  # one pack each, this cycle
+        view.touched.update((job.job_id, partner.job_id))  # one pack each, this cycle
+        for shard in job.shards:  # no opportunistic job joins them (place.share)
+            held = view.shared.get(shard.node_id, frozenset())
+            view.shared[shard.node_id] = held | frozenset(shard.gpu_uuids)
         view.memo[_PACKED_NOW] = True
         actions.append(
             Resume(
@@ -81,10 +88,13 @@ def _partner(job: PlacedJob, holder: dict[str, PlacedJob], view: View) -> Placed
 
 
 def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
-    if not (job.packable and partner.packable) or partner.job_id in view.stopping:
+    if not (job.packable and partner.packable) or view.decided(partner.job_id):
         return False
     if partner.gpu_uuids in packed_sets(view):
         return False  # one job packed beside a holder at most
+    shared = {u for s in partner.shards for u in view.shared.get(s.node_id, ())}
+    if not shared.isdisjoint(partner.gpu_uuids):
+        return False  # an opportunistic job shares them: no third
     if job.utilization_pct is None or partner.utilization_pct is None:
         return False
     return job.utilization_pct + partner.utilization_pct <= view.settings.pack_below_pct

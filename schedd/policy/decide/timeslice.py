@@ -3,8 +3,9 @@
 Once per cycle, before any pending job is considered, each suspended job (the one
 paused longest first) resumes on its GPUs where they are free, or where every job
 running on them has had its turn (`timeslice_s` times its queue's weight since it
-started or resumed): those are suspended in its place. A GPU still held by a job that
-may not be paused (being stopped, opportunistic, across nodes) keeps it waiting.
+started or resumed): those are suspended in its place. A GPU still held by a guaranteed
+job that may not be paused (being stopped, across nodes) keeps it waiting; an
+opportunistic job sharing a GPU does not (it shares with whoever holds it).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from schedd.policy.timeslice import (
     may_take_turns,
     packed_sets,
     suspended_jobs,
+    turn_begins,
     turn_ends,
     turn_over,
+    turns_begun_end,
 )
 from schedd.policy.view import View
 
@@ -41,6 +44,7 @@ def decide(view: View) -> list[Action]:
             view.suspend(blocker)
             actions.append(Suspend(blocker.job_id, f"its turn is over: job {job.job_id} resumes"))
         view.resume(job)
+        turn_begins(job.queue, view)
         for u in job.gpu_uuids:
             holder[u] = job
         by = f" (in place of {', '.join(sorted(blockers))})" if blockers else ""
@@ -49,14 +53,16 @@ def decide(view: View) -> list[Action]:
 
 
 def _turn_over(job: PlacedJob, view: View) -> bool:
-    return may_take_turns(job) and job.job_id not in view.stopping and turn_over(job, view)
+    return may_take_turns(job) and not view.decided(job.job_id) and turn_over(job, view)
 
 
 def recheck_at(view: View) -> float | None:
-    """When the next running job's turn ends while a suspended job waits for its GPUs."""
+    """When the next running job's turn ends while a suspended job waits for its GPUs,
+    or a turn this plan began (it paused a job for a newcomer, or rotated) ends."""
+    begun = turns_begun_end(view)
     waiting = suspended_jobs(view)
     if not waiting:
-        return None
+        return begun
     wanted = {u for j in waiting for u in j.gpu_uuids}
     ends = [
         t
@@ -65,4 +71,6 @@ def recheck_at(view: View) -> float | None:
         and not wanted.isdisjoint(j.gpu_uuids)
         and (t := turn_ends(j, view)) > view.now
     ]
+    if begun is not None:
+        ends.append(begun)
     return min(ends, default=None)

@@ -45,7 +45,7 @@ def _candidates(queue: str, view: View) -> list[PlacedJob]:
     ranked: list[PlacedJob] = []
     stopping = view.stopping
     for victim in _old_enough(view):
-        if victim.queue == queue or victim.job_id in stopping:
+        if victim.queue == queue or victim.job_id in stopping or victim.job_id in view.touched:
             continue
         left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
         if victim.request.gpus > left:

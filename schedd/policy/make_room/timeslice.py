@@ -4,21 +4,33 @@ is suspended at its next mini-batch boundary; from then on the two take turns
 (`decide.timeslice`). A new job gets early feedback instead of queueing.
 
 The partner is a running guaranteed job on one node, with the job's GPU count, whose
-GPUs fewer than `timeslice_max` jobs take turns on; the least shared first, then the
-one whose turn began longest ago. Nobody loses work: a suspended job keeps its process.
+turn is over (a turn is never cut short: a job that just started or resumed runs its
+turn first, and the newcomer waits till then) and whose GPUs fewer than
+`timeslice_max` jobs take turns on; the least shared first, then the one whose turn
+began longest ago. Nobody loses work: a suspended job keeps its process.
 """
 
 from __future__ import annotations
 
 from schedd.policy.make_room.victims import Eviction, PlaceFn
 from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
-from schedd.policy.timeslice import group_sizes, may_take_turns, packed_sets, since
+from schedd.policy.timeslice import (
+    TURN_SLACK,
+    group_sizes,
+    may_take_turns,
+    packed_sets,
+    since,
+    turn_begins,
+    turn_ends,
+    turn_length,
+    turn_over,
+)
 from schedd.policy.view import View
 
 
 def _partners(view: View, gpus: int) -> list[PlacedJob]:
     """Running jobs of `gpus` GPUs another job could take turns with, best first (once
-    per cycle: the plan's own choices join `view.stopping`)."""
+    per cycle: the plan's own choices are `view.decided`)."""
     key = ("timeslice_partners", gpus)
     known = view.memo.get(key)
     if known is None:
@@ -33,6 +45,7 @@ def _partners(view: View, gpus: int) -> list[PlacedJob]:
                 and j.shards[0].node_id in view.capacity
                 and 1 + sizes[j.gpu_uuids] < most
                 and j.gpu_uuids not in packed
+                and turn_over(j, view)  # a turn is never cut short by a newcomer
             ),
             key=lambda j: (sizes[j.gpu_uuids], since(j), j.job_id),
         )
@@ -47,6 +60,9 @@ def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
         return False
     cap = view.capacity[shard.node_id]
     if cap.cpus + 1e-9 < job.request.cpus or cap.memory_mib < job.request.memory_mib:
+        return False
+    want = job.request.gpu_memory_mib
+    if want is not None and any(view.gpu(u).memory_mib < want for u in shard.gpu_uuids):
         return False
     for uuid in shard.gpu_uuids:
         held = view.reserved.get(uuid)
@@ -64,8 +80,9 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if none_for in view.memo:
         return None
     for partner in _partners(view, job.request.gpus):
-        if partner.job_id in view.stopping or not _fits_beside(job, partner, view):
+        if view.decided(partner.job_id) or not _fits_beside(job, partner, view):
             continue
+        turn_begins(job.queue, view)
         return Eviction(
             (partner,),
             f"time-sliced: job {job.job_id} takes turns with it on its GPUs",
@@ -73,3 +90,21 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
         )
     view.memo[none_for] = True
     return None
+
+
+def recheck_at(view: View) -> float | None:
+    """When the next running job's turn ends: a job waiting for GPUs may take turns
+    with it then (a turn is never cut short by a newcomer)."""
+    most = view.settings.timeslice_max
+    if most < 2:
+        return None
+    sizes, packed = group_sizes(view), packed_sets(view)
+    ends = [
+        t
+        for j in view.snapshot.placed
+        if may_take_turns(j)
+        and 1 + sizes[j.gpu_uuids] < most
+        and j.gpu_uuids not in packed
+        and (t := turn_ends(j, view) - TURN_SLACK * turn_length(j.queue, view)) > view.now
+    ]
+    return min(ends, default=None)

@@ -35,7 +35,7 @@ def work_at_risk(job: PlacedJob, view: View) -> float:
 def protected(job: PlacedJob, view: View) -> bool:
     """Too young to preempt, already on its way out, or holding no GPU of its own (an
     opportunistic job: stopping it would free nothing a guaranteed job may not use)."""
-    if not job.stoppable or job.job_id in view.stopping or not holds_gpus(job):
+    if not job.stoppable or view.decided(job.job_id) or not holds_gpus(job):
         return True
     return view.now - view.started(job) < view.settings.min_run_s
 
