@@ -23,8 +23,10 @@ from tests.integration.inprocess import Schedd, control, placed, start_schedd, s
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    # Turns far longer than the test: the two jobs never swap, they are packed or not.
-    packs = ProfileConfig(decide=["timeslice", "pack"], settings={"timeslice_s": 3600.0})
+    # Turns far longer than the test: the two jobs never swap, they are packed or not;
+    # a pack is judged as soon as its rates are measured.
+    settings = {"timeslice_s": 3600.0, "pack_check_s": 0.0}
+    packs = ProfileConfig(decide=["timeslice", "pack"], settings=settings)
     async with start_schedd(pool, policy="gandiva", profiles={"gandiva": packs}) as s:
         yield s
 

@@ -4,8 +4,9 @@ is suspended at its next mini-batch boundary; from then on the two take turns
 (`decide.timeslice`). A new job gets early feedback instead of queueing.
 
 The partner is a running guaranteed job on one node, with the job's GPU count, whose
-turn is over (a turn is never cut short: a job that just started or resumed runs its
-turn first, and the newcomer waits till then) and whose GPUs fewer than
+turn is not protected (a job that resumed in this attempt runs its turn to the end, and
+a newcomer waits till then; one that has run since its start may be paused at once,
+for the newcomer's early feedback) and whose GPUs fewer than
 `timeslice_max` jobs take turns on; the least shared first, then the one whose turn
 began longest ago. Nobody loses work: a suspended job keeps its process.
 """
@@ -45,11 +46,19 @@ def _partners(view: View, gpus: int) -> list[PlacedJob]:
                 and j.shards[0].node_id in view.capacity
                 and 1 + sizes[j.gpu_uuids] < most
                 and j.gpu_uuids not in packed
-                and turn_over(j, view)  # a turn is never cut short by a newcomer
+                and not _turn_protected(j, view)
             ),
             key=lambda j: (sizes[j.gpu_uuids], since(j), j.job_id),
         )
     return known  # type: ignore[return-value]
+
+
+def _turn_protected(job: PlacedJob, view: View) -> bool:
+    """A job that resumed in this attempt keeps its turn to the end: a stream of
+    newcomers would otherwise pause it again and again. One that has run since its
+    start may be paused at once (the newcomer's early feedback, as in Gandiva)."""
+    resumed = job.state_since is not None and job.state_since > view.started(job)
+    return resumed and not turn_over(job, view)
 
 
 def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
@@ -93,8 +102,8 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
 
 
 def recheck_at(view: View) -> float | None:
-    """When the next running job's turn ends: a job waiting for GPUs may take turns
-    with it then (a turn is never cut short by a newcomer)."""
+    """When the next resumed job's turn ends: a job waiting for GPUs may take turns
+    with it then."""
     most = view.settings.timeslice_max
     if most < 2:
         return None
@@ -105,6 +114,7 @@ def recheck_at(view: View) -> float | None:
         if may_take_turns(j)
         and 1 + sizes[j.gpu_uuids] < most
         and j.gpu_uuids not in packed
+        and _turn_protected(j, view)
         and (t := turn_ends(j, view) - TURN_SLACK * turn_length(j.queue, view)) > view.now
     ]
     return min(ends, default=None)
