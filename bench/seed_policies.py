@@ -45,6 +45,7 @@ from itp_compare import cluster_for
 
 from schedd import policy
 from schedd.policy.profiles import BUILTIN
+from schedd.sim.elastic import check_fraction
 from schedd.sim.engine import SimOptions, Simulation
 from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
@@ -53,8 +54,6 @@ from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
 from schedd.sim.traces import read_trace
 
 MIX2 = "philly_MIX2.csv"
-# What Gandiva's mechanisms did, in the order the column names them (then the packs).
-GANDIVA_ACTIONS = ("Suspend", "Migrate", "Resize")
 
 
 def profile(name: str) -> policy.Profile:
@@ -104,7 +103,7 @@ def replay(
         f"{100 * s.utilization_backlogged:.1f}%",
         f"{s.actions.get('SetKind opportunistic', 0):,}",
         f"{s.preemptions:,}",
-        " / ".join(f"{n:,}" for n in (*(s.actions.get(a, 0) for a in GANDIVA_ACTIONS), s.packs)),
+        " / ".join(f"{n:,}" for n in (s.suspensions, s.migrations, s.resizes, s.packs)),
         f"{result.wall_s:.0f}",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -125,8 +124,10 @@ def main() -> None:
         "--elastic", type=float, default=0.0, help="share of multi-GPU jobs made elastic (0-1)"
     )
     args = parser.parse_args()
-    if not 0.0 <= args.elastic <= 1.0:
-        parser.error(f"--elastic: expected a share from 0 to 1, got {args.elastic}")
+    try:
+        check_fraction(args.elastic)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         sharing = SharingModel(*parse_util_range(args.gpu_util))
     except SharingError as exc:

@@ -47,9 +47,14 @@ async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
         raise ControlRefused(f"cannot {what} job {row['id']}: it is {row['state']}, not running")
 
 
+def _not_connected(row: asyncpg.Record) -> ControlRefused:
+    """The refusal of a control whose job's node is away."""
+    return ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
+
+
 async def _send(hub: Hub, row: asyncpg.Record, msg: SetLimits | Checkpoint) -> None:
     if not await hub.send(row["node_id"], msg):
-        raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
+        raise _not_connected(row)
 
 
 def controls_of(row: asyncpg.Record) -> dict[str, Any]:
@@ -85,7 +90,7 @@ def _packed_words(row: asyncpg.Record, partner: str) -> str:
 
 def _connected(hub: Hub, row: asyncpg.Record) -> None:
     if row["node_id"] not in hub.links:
-        raise ControlRefused(f"node {row['node_id']} running job {row['id']} is not connected")
+        raise _not_connected(row)
 
 
 async def set_limits(
@@ -435,7 +440,7 @@ async def _ask_move(
     if not await hub.send(source, Checkpoint(job_id=job_id, attempt=attempt)):
         why = f"{move} called off: node {source} is not connected"
         await jobs.call_off_move(pool, job_id, attempt, why)
-        raise ControlRefused(f"node {source} running job {job_id} is not connected")
+        raise _not_connected(row)
 
 
 # ---- from the agents --------------------------------------------------------------
@@ -476,11 +481,9 @@ async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
         "mem_reserved_mib": event.mem_reserved_mib,
         "mem_peak_mib": event.mem_peak_mib,
     }
-    # Mini-batches timed through the shim: it is there, and can save a checkpoint.
-    stepping = event.step_wall_s is not None
-    await jobs.record_progress(
-        pool, event.job_id, event.attempt, progress, stepping, event.step_wall_s
-    )
+    # Mini-batches timed through the shim (`step_wall_s`): it is there, and can save a
+    # checkpoint.
+    await jobs.record_progress(pool, event.job_id, event.attempt, progress, event.step_wall_s)
 
 
 async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> bool:
@@ -555,8 +558,6 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
             only_from=(JobState.RUNNING,),
             checkpoint_path=event.checkpoint,
             pin_node_id=target,
-            migrate_to=None,
-            resize_to=None,
             gpus=gpus if gpus is not None else row["gpus"],
             exit_code=event.exit_code,
         )

@@ -386,9 +386,10 @@ class Scheduler:
         await self._predict([*placed_rows, *pending_rows])
         predicted = self._predicted
         now = time.time()
-        utilisation = await self._utilisation(placed_rows) if self._packs else None
+        turns = _turn_gpus(placed_rows)
+        utilisation = await self._utilisation(placed_rows, turns) if self._packs else None
         placed = _placed_jobs(
-            placed_rows, now, lambda r: _estimate(r, estimates, predicted), utilisation
+            placed_rows, now, lambda r: _estimate(r, estimates, predicted), utilisation, turns
         )
         self._in_flight = tuple(
             r["id"]
@@ -430,39 +431,27 @@ class Scheduler:
     async def placed_now(self) -> tuple[PlacedJob, ...]:
         now = time.time()
         rows = await jobs.placed(self.pool)
-        return _placed_jobs(rows, now, lambda r: None, {} if self._packs else None)
+        predicted_util: dict[str, float] | None = {} if self._packs else None
+        return _placed_jobs(rows, now, lambda r: None, predicted_util, _turn_gpus(rows))
 
     @property
     def _packs(self) -> bool:
         """Whether the active profile packs jobs (Gandiva), which reads their utilisation."""
         return self.profile.spec is not None and "pack" in self.profile.spec.decide
 
-    async def _utilisation(self, rows: list[asyncpg.Record]) -> dict[str, float]:
+    async def _utilisation(self, rows: list[asyncpg.Record], turns: set[str]) -> dict[str, float]:
         """What the resource estimator predicts of the GPU utilisation of the placed jobs
-        never sampled running alone (`util_alone` is NULL), each once per training, in one
-        batch; the measured figure is read from the row (`_placed`)."""
-        forest = self.estimator
-        if forest is None or "gpu_util_pct" not in forest.models:
-            return {}
+        on GPUs taken in turns (`turns`) never sampled running alone (`util_alone` is
+        NULL), each once per training, in one batch; the measured figure is read from the
+        row (`_placed`)."""
         cache = self._predicted_util
-        if len(cache) + len(rows) > ESTIMATE_CACHE_MAX:
-            cache.clear()
-        turns = _turn_gpus(rows)
-        todo = [
-            r
-            for r in rows
-            if r["util_alone"] is None
-            and not turns.isdisjoint(r["gpu_uuids"])
-            and ((hit := cache.get(r["id"])) is None or hit[0] is not forest)
-        ]
-        if todo:
-            features = [of_row(r) for r in todo]
-            if len(todo) > PREDICT_IN_THREAD_ABOVE:
-                values = await asyncio.to_thread(forest.values, "gpu_util_pct", features)
-            else:
-                values = forest.values("gpu_util_pct", features)
-            for row, value in zip(todo, values or (), strict=False):
-                cache[row["id"]] = (forest, value)
+        if not await self._predict_into(
+            cache,
+            "gpu_util_pct",
+            rows,
+            lambda r: r["util_alone"] is None and not turns.isdisjoint(r["gpu_uuids"]),
+        ):
+            return {}
         return {r["id"]: cache[r["id"]][1] for r in rows if r["id"] in cache}
 
     async def usage(self) -> Usage:
@@ -490,25 +479,41 @@ class Scheduler:
     async def _predict(self, rows: list[asyncpg.Record]) -> None:
         """Run times predicted for the jobs without a spec estimate, each once per
         training (a spec never changes), in one batch; a big one in a thread."""
+        await self._predict_into(
+            self._predicted, "run_time_s", rows, lambda r: r["estimated_runtime_s"] is None
+        )
+
+    async def _predict_into(
+        self,
+        cache: dict[str, tuple[Estimator, float]],
+        target: str,
+        rows: list[asyncpg.Record],
+        wanted: Callable[[asyncpg.Record], bool],
+    ) -> bool:
+        """The resource estimator's `target` for the `wanted` rows, into `cache` by job
+        id: each once per training, in one batch, a big one in a thread. False where the
+        estimator does not predict `target` (none trained, or too few jobs report it)."""
         forest = self.estimator
-        if forest is None or "run_time_s" not in forest.models:
-            return
-        if len(self._predicted) + len(rows) > ESTIMATE_CACHE_MAX:
-            self._predicted.clear()  # before choosing what to predict: none is lost
+        if forest is None or target not in forest.models:
+            return False
+        if len(cache) + len(rows) > ESTIMATE_CACHE_MAX:
+            cache.clear()  # before choosing what to predict: none is lost
         todo = [
             r
             for r in rows
-            if r["estimated_runtime_s"] is None
-            and ((hit := self._predicted.get(r["id"])) is None or hit[0] is not forest)
+            if wanted(r) and ((hit := cache.get(r["id"])) is None or hit[0] is not forest)
         ]
         if not todo:
-            return
+            return True
         if len(todo) > PREDICT_IN_THREAD_ABOVE:
-            values = await asyncio.to_thread(lambda: forest.run_times(list(map(of_row, todo))))
+            values = await asyncio.to_thread(
+                lambda: forest.values(target, [of_row(r) for r in todo])
+            )
         else:
-            values = forest.run_times([of_row(r) for r in todo])
+            values = forest.values(target, [of_row(r) for r in todo])
         for row, value in zip(todo, values or (), strict=False):
-            self._predicted[row["id"]] = (forest, value)
+            cache[row["id"]] = (forest, value)
+        return True
 
     async def _history(self, rows: list[asyncpg.Record]) -> dict[tuple[str, str], float | None]:
         """Mean run times of earlier jobs of the same user and name, for jobs with no estimate."""
@@ -556,7 +561,7 @@ def _estimate(
 def _lands_on(action: Action, placed: dict[str, PlacedJob]) -> tuple[str, ...]:
     """The GPUs a launch or a resume puts its job on."""
     if isinstance(action, Launch):
-        return tuple(u for shard in action.shards for u in shard.gpu_uuids)
+        return action.gpu_uuids
     if isinstance(action, Resume) and action.job_id in placed:
         return placed[action.job_id].gpu_uuids
     return ()
@@ -567,6 +572,7 @@ def _placed_jobs(
     now: float,
     estimate: Callable[[asyncpg.Record], float | None],
     predicted_util: dict[str, float] | None,
+    turns: set[str],
 ) -> tuple[PlacedJob, ...]:
     """The placed jobs as the policy sees them. A packed job and its partner are each
     measured against their rate alone from the pack's start (`_progress_ratio`).
@@ -575,7 +581,8 @@ def _placed_jobs(
     for jobs never measured alone. Under a profile that packs, the jobs taking turns
     (suspended or packed, and those on their GPUs) get their utilisation alone as
     `utilization_pct`: what packing reads. The others keep None, so that the plugins
-    that read it otherwise (`place.share`) see the GPUs' own figures, as before."""
+    that read it otherwise (`place.share`) see the GPUs' own figures, as before.
+    `turns`: the GPUs jobs take turns on (`_turn_gpus` of `rows`)."""
     pack_since: dict[str, float] = {}  # job in a pack -> when the pack began
     for row in rows:
         partner = job_controls.packed_beside(row)
@@ -583,7 +590,6 @@ def _placed_jobs(
             since = row["resumed_s"] if row["resumed_s"] is not None else now
             pack_since[row["id"]] = since
             pack_since[partner] = max(pack_since.get(partner, since), since)
-    turns = _turn_gpus(rows)
     return tuple(
         _placed(
             r,
@@ -623,11 +629,14 @@ def _placed(
     until = now if paused_at is None else min(paused_at, now)
     running_s = max(until - started - row["paused_s"], 0.0) if started is not None else 0.0
     running = row["state"] == JobState.RUNNING
-    # Suspended for time-slicing: its GPUs are another job's until its turn. A job that a
-    # user suspended keeps them (its memory is still there; it may resume at any time).
-    sliced = running and job_controls.time_sliced(row)
-    # Packed: it runs beside the job that holds its GPUs (Gandiva's packing).
-    packed = running and job_controls.packed_beside(row) is not None
+    controls = job_controls.controls_of(row)
+    # Suspended for time-slicing (`job_controls.time_sliced`): its GPUs are another job's
+    # until its turn. A job that a user suspended keeps them (its memory is still there;
+    # it may resume at any time).
+    sliced = running and bool(controls["suspended"] and controls.get("time_sliced"))
+    # Packed (`job_controls.packed_beside`): it runs beside the job that holds its GPUs
+    # (Gandiva's packing).
+    packed = running and not controls["suspended"] and bool(controls.get("packed"))
     # Migrating: it saves a checkpoint to move, or to restart on another GPU count (a
     # resize), and holds the GPUs a plan chose for it there beside its own until it runs
     # there (a user's migration or resize names no GPUs). Its checkpointed exit requeues
@@ -663,7 +672,7 @@ def _placed(
         checkpointable=row["checkpointable"] is True,
         gpu_range=_gpu_range(row),
         progress_ratio=_progress_ratio(row, packed_since),
-        packable=job_controls.controls_of(row).get("packable", True) is not False,
+        packable=controls.get("packable", True) is not False,
     )
 
 

@@ -133,24 +133,19 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if smaller is not None:
                 job, placed = smaller
                 label = f"{label}; elastic, on {job.request.gpus} of its {most} GPUs"
+        eviction = None if isinstance(placed, Placement) else _make_room(stages, job, view)
+        if eviction is not None and eviction.launch_on is not None:  # time-slicing
+            for victim in eviction.victims:
+                view.suspend(victim)
+                result.actions.append(Suspend(victim.job_id, eviction.reason))
+            placed = Placement(eviction.launch_on)
+            label = f"{label}, taking turns with {', '.join(v.job_id for v in eviction.victims)}"
+            eviction = None
         if isinstance(placed, Placement):
             view.take(job, placed.shards)
             if converted:
                 result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
             result.actions.append(Launch(job.job_id, placed.shards, label))
-            continue
-        eviction = _make_room(stages, job, view)
-        if eviction is not None and eviction.launch_on is not None:
-            for victim in eviction.victims:
-                view.suspend(victim)
-                result.actions.append(Suspend(victim.job_id, eviction.reason))
-            view.take(job, eviction.launch_on)
-            if converted:
-                result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
-            label = (
-                f"{stages.label}, taking turns with {', '.join(v.job_id for v in eviction.victims)}"
-            )
-            result.actions.append(Launch(job.job_id, eviction.launch_on, label))
             continue
         if eviction is not None:
             if not eviction.victims:

@@ -1,14 +1,15 @@
 """What Gandiva's migration reads: which running jobs may move, where to, and whether a
-move pays for itself. Shared by the plugins that decide moves (`anticipate.defragment`,
-`anticipate.gather`); the plan says `Migrate`, and the view gives the target GPUs
-to the job at once (`View.claim`)."""
+move pays for itself. Shared by the plugins that decide moves and restarts
+(`anticipate.defragment`, `relieve`, `gather`, `shrink`, `grow`); the plan says
+`Migrate` or `Resize`, and the view gives the target GPUs to the job at once
+(`View.claim`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from schedd.policy.actions import Migrate
-from schedd.policy.placement import node_can_ever_fit
+from schedd.policy.placement import has_room, node_can_ever_fit
 from schedd.policy.snapshot import (
     GUARANTEED,
     MIGRATING,
@@ -40,6 +41,15 @@ def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
         and view.now - since(job) >= view.settings.min_run_s
         and all(s.node_id in view.capacity for s in job.shards)
         and not (alone and group_sizes(view)[job.gpu_uuids])
+    )
+
+
+def most_work_left(view: View, wanted: Callable[[PlacedJob], bool]) -> list[PlacedJob]:
+    """The placed jobs that may move and are `wanted`, those with the most work left
+    first (ties by id): whom a cycle's few moves go to first."""
+    return sorted(
+        (j for j in view.snapshot.placed if wanted(j) and movable(j, view)),
+        key=lambda j: (-view.remaining(j), j.job_id),
     )
 
 
@@ -76,7 +86,7 @@ def target(
                 free = [g for g in free if g.memory_mib >= request.gpu_memory_mib]
             if len(free) < need or node_can_ever_fit(cap.node, request) is not None:
                 continue
-            if cap.cpus + 1e-9 < request.cpus or cap.memory_mib < request.memory_mib:
+            if not has_room(cap.cpus, cap.memory_mib, request):
                 continue
             left = len(free) - need
             if best is None or (left, node_id) < best[:2]:

@@ -67,11 +67,16 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
             holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
             return f"with free GPUs reserved for job {holder}"
         return "with too few free GPUs"
-    if cap.cpus < request.cpus - 1e-9:
+    if not has_room(cap.cpus, cap.memory_mib, Request(0, request.cpus, 0)):
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
     return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
+
+
+def has_room(cpus: float, memory_mib: int, request: Request) -> bool:
+    """Whether `cpus` and `memory_mib` left on a node take the request's."""
+    return cpus + 1e-9 >= request.cpus and memory_mib >= request.memory_mib
 
 
 def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int]]:

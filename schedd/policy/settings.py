@@ -69,8 +69,8 @@ class Settings:
     # Time-slicing (Gandiva): a job that finds no free GPUs may take turns with a running
     # job of its GPU count, at most `timeslice_max` jobs on one set of GPUs, each turn
     # `timeslice_s` times its queue's weight (weighted round-robin). Gandiva's quantum
-    # was a minute; ten keep a switch's cost (a suspend frees GPU memory to the host,
-    # a resume reloads it) well under 1% of a turn with larger models.
+    # was a minute; ten minutes make fewer switches, whose cost on a GPU has not been
+    # measured yet (docs/gpu.md).
     timeslice_s: float = 600.0
     timeslice_max: int = 2
     # Migration (Gandiva): what a move costs the job, in seconds of its GPUs (a checkpoint

@@ -1,6 +1,7 @@
 """What time-slicing (Gandiva) reads of the cluster: groups of jobs taking turns on the
-same GPUs, and when a running job's turn is over. Shared by the make-room plugin that
-forms the groups and the decide plugin that rotates them."""
+same GPUs, packs, and when a running job's turn is over. Shared by the plugins that
+form the groups (`make_room.timeslice`), rotate and pack them (`decide.timeslice`,
+`decide.pack`), and those that move jobs (`migration`, `anticipate.relieve`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ TURN_SLACK = 0.1
 
 def turn_over(job: PlacedJob, view: View) -> bool:
     """Whether the running job has had its turn (or all but the slack of it)."""
-    return view.now >= turn_ends(job, view) - TURN_SLACK * turn_length(job.queue, view)
+    return view.now >= turn_over_at(job, view)
+
+
+def turn_over_at(job: PlacedJob, view: View) -> float:
+    """When its turn counts as over: its end, less the slack."""
+    return turn_ends(job, view) - TURN_SLACK * turn_length(job.queue, view)
 
 
 def turn_length(queue: str, view: View) -> float:
@@ -70,6 +76,30 @@ def suspended_jobs(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
+def holders(view: View) -> dict[str, PlacedJob]:
+    """GPU uuid -> the job that holds it, as the snapshot shows (a new dict each call:
+    a plugin brings its copy up to its own decisions)."""
+    return {u: j for j in view.snapshot.placed if holds_gpus(j) for u in j.gpu_uuids}
+
+
+def sole_holder(job: PlacedJob, holder: dict[str, PlacedJob]) -> PlacedJob | None:
+    """The one job holding the job's very GPUs (its partner in turns or in a pack)."""
+    on = {holder[u].job_id: holder[u] for u in job.gpu_uuids if u in holder}
+    if len(on) != 1:
+        return None
+    (partner,) = on.values()
+    return partner if partner.gpu_uuids == job.gpu_uuids else None
+
+
+def packed_jobs(view: View) -> list[PlacedJob]:
+    """Jobs packed beside the holder of their GPUs (once per cycle)."""
+    key = ("timeslice_packed_jobs",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = [j for j in view.snapshot.placed if j.state == PACKED]
+    return known  # type: ignore[return-value]
+
+
 def may_take_turns(job: PlacedJob) -> bool:
     """A running guaranteed job on one node: the kind that can be paused for another."""
     return (
@@ -88,7 +118,7 @@ def group_sizes(view: View) -> Counter[tuple[str, ...]]:
     known = view.memo.get(key)
     if known is None:
         known = view.memo[key] = Counter(j.gpu_uuids for j in suspended_jobs(view))
-        known.update(j.gpu_uuids for j in view.snapshot.placed if j.state == PACKED)
+        known.update(j.gpu_uuids for j in packed_jobs(view))
     return known  # type: ignore[return-value]
 
 
@@ -98,7 +128,5 @@ def packed_sets(view: View) -> frozenset[tuple[str, ...]]:
     key = ("timeslice_packed",)
     known = view.memo.get(key)
     if known is None:
-        known = view.memo[key] = frozenset(
-            j.gpu_uuids for j in view.snapshot.placed if j.state == PACKED
-        )
+        known = view.memo[key] = frozenset(j.gpu_uuids for j in packed_jobs(view))
     return known  # type: ignore[return-value]

@@ -26,6 +26,9 @@ from schedd.policy.snapshot import (
     shard_requests,
 )
 
+# A part of a request that holds GPUs only (a pause or resume keeps CPUs and memory).
+_GPUS_ONLY = Request(0, 0.0, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
@@ -66,7 +69,8 @@ class View:
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
     # (shards, expected end) of the jobs this plan starts, for reservations.
     launched: list[tuple[tuple[Shard, ...], float]] = field(default_factory=list)
-    # Bumped by every decision that changes what the view says (take, stop, reserve):
+    # Bumped by every decision that changes what the view says (take, stop, reserve,
+    # suspend, resume, claim, mark):
     # an answer computed at one generation holds for as long as it stays the same.
     generation: int = 0
 
@@ -197,14 +201,25 @@ class View:
             cap = self.writable(shard.node_id)
             cap.cpus -= part.cpus
             cap.memory_mib -= part.memory_mib
-            held = self.shared.get(shard.node_id, frozenset())
-            self.shared[shard.node_id] = held | frozenset(shard.gpu_uuids)
+        self.mark_shared(shards)
 
     def stop(self, job: PlacedJob) -> None:
         """Count a victim's resources as leaving its queue (they free when it exits)."""
         self.generation += 1
         self.stopping.add(job.job_id)
         self._count(job.queue, job.user, job.request.resources(), -1)
+
+    def mark(self, job_id: str) -> None:
+        """The plan decided something of the job that changes no capacity (a pack, an
+        unpack, a shrink): it takes no other decision this cycle."""
+        self.generation += 1
+        self.touched.add(job_id)
+
+    def mark_shared(self, shards: tuple[Shard, ...]) -> None:
+        """The shards' GPUs take their one sharing place (no opportunistic job joins)."""
+        for shard in shards:
+            held = self.shared.get(shard.node_id, frozenset())
+            self.shared[shard.node_id] = held | frozenset(shard.gpu_uuids)
 
     def decided(self, job_id: str) -> bool:
         """Whether this plan already stops, pauses, resumes, packs or moves the job."""
@@ -218,8 +233,7 @@ class View:
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
-            back = [self.gpu(u) for u in shard.gpu_uuids]
-            cap.free_gpus = sorted([*cap.free_gpus, *back], key=lambda g: g.index)
+            cap.give_back([self.gpu(u) for u in shard.gpu_uuids], _GPUS_ONLY)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
             sizes = self.gpu_sizes[shard.node_id]  # owned: `writable` above
             sizes[job.request.gpus] -= 1
@@ -235,8 +249,7 @@ class View:
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
-            taken = set(shard.gpu_uuids)
-            cap.free_gpus = [g for g in cap.free_gpus if g.uuid not in taken]
+            cap.take(shard.gpu_uuids, _GPUS_ONLY)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
             sizes = self.gpu_sizes.setdefault(shard.node_id, {})
             sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from schedd.sim.shape import ClusterShape, parse_shape
@@ -53,34 +54,27 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a relative speed, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a relative speed in (0, 1], got {text!r}")
-    return value
+def _bounded_float(
+    what: str, bounds: str, within: Callable[[float], bool]
+) -> Callable[[str], float]:
+    """A parser of a number that is `what` ("expected {what}"), `within` its bounds
+    ("expected {bounds}" otherwise)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not within(value):
+            raise argparse.ArgumentTypeError(f"expected {bounds}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}")
-    return value
-
-
-def _slowdown(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected 0 <= x < 1, got {text!r}")
-    return value
+_speed = _bounded_float("a relative speed", "a relative speed in (0, 1]", lambda v: 0 < v <= 1)
+_fraction = _bounded_float("a fraction", "a fraction in [0, 1]", lambda v: 0 <= v <= 1)
+_slowdown = _bounded_float("a fraction", "0 <= x < 1", lambda v: 0 <= v < 1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -50,18 +50,9 @@ def suspend(sim: Simulation, action: Suspend, now: float) -> bool:
     if job.state != RUNNING:
         sim.ledger.refused[f"suspend of a {job.state} job"] += 1
         return False
-    _save_progress(job, now)
-    job.state = SUSPENDED  # before its GPUs change: not timed again as one that stays
-    uuids = sim._uuids(job)
-    with sim.gpus_change(uuids, now):
-        holders = sim._holders(job.kind)
-        for uuid in uuids:
-            del holders[uuid]
-    sim.ledger.release(job, now)
-    job.held_since = None
-    sim.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
+    _suspend_from(sim, job, sim._holders(job.kind), now)
     job.suspensions += 1
-    _show(sim, job, state=SUSPENDED, state_since=now)
+    sim._show(job, state=SUSPENDED, state_since=now)
     sim.ledger.actions["Suspend"] += 1
     return True
 
@@ -77,13 +68,34 @@ def resume(sim: Simulation, action: Resume, now: float) -> bool:
         return False
     if not sim._gpus_free(job, sim._uuids(job), "resume"):
         return False
-    job.state = RUNNING
-    job.held_since = now
-    _new_segment(job, now, progress_at=now + sim.options.suspend_overhead_s)
-    _show(sim, job, state=RUNNING, state_since=now)
-    sim._hold(job, now)
+    _resume_as(sim, job, RUNNING, now)
     sim.ledger.actions["Resume"] += 1
     return True
+
+
+def _suspend_from(sim: Simulation, job: SimJob, holders: dict[str, SimJob], now: float) -> None:
+    """A running (or packed) job is suspended: its work up to now kept, its GPUs left
+    (it is removed from `holders`, the slot it held them in), its ledger and usage
+    closed. The caller shows the change."""
+    _save_progress(job, now)
+    job.state = SUSPENDED  # before its GPUs change: not timed again as one that stays
+    uuids = sim._uuids(job)
+    with sim.gpus_change(uuids, now):
+        for uuid in uuids:
+            del holders[uuid]
+    sim.ledger.release(job, now)
+    job.held_since = None
+    sim.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
+
+
+def _resume_as(sim: Simulation, job: SimJob, state: str, now: float) -> None:
+    """A suspended job takes its GPUs back in `state` (running as their holder, or
+    packed beside it): a new run segment, progress after `suspend_overhead_s`."""
+    job.state = state  # first: `Simulation._hold` puts a packed job in the packed slot
+    job.held_since = now
+    _new_segment(job, now, progress_at=now + sim.options.suspend_overhead_s)
+    sim._show(job, state=state, state_since=now)
+    sim._hold(job, now)
 
 
 def migrate(sim: Simulation, action: Migrate, now: float) -> bool:
@@ -147,7 +159,7 @@ def _begin_move(
         holders = sim._holders(job.kind)
         for uuid in new:
             holders[uuid] = job
-    _show(sim, job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
+    sim._show(job, state=MIGRATING, state_since=now, moving_to=job.moving_to)
     if overhead_s > 0:
         sim._at(now + overhead_s, MIGRATE_END, job)
     else:
@@ -188,14 +200,10 @@ def end_migration(sim: Simulation, job: SimJob, now: float) -> None:
         gpus = sum(len(s.gpu_uuids) for s in job.shards)
         if gpus != job.gpus:
             _recount(sim, job, gpus, now)
-        nodes = {s.node_id for s in job.shards}
-        racks = {sim._rack[n] for n in nodes}
-        job.locality_speed = sim.locality.speed(job.spec.name, gpus, len(nodes), len(racks))
+        job.locality_speed = sim._locality_speed(job, job.shards, gpus)
         _new_segment(job, now, progress_at=now)  # timed at its new speed as the GPUs change
     request = sim.request(job.gpus)
-    _show(
-        sim, job, state=RUNNING, state_since=now, moving_to=(), shards=job.shards, request=request
-    )
+    sim._show(job, state=RUNNING, state_since=now, moving_to=(), shards=job.shards, request=request)
 
 
 def _recount(sim: Simulation, job: SimJob, gpus: int, now: float) -> None:
@@ -233,7 +241,7 @@ def _checked_shard(
     """`uuids` on `node_id`, checked: distinct, all of that node, which exists."""
     if len(set(uuids)) != len(uuids):
         raise sim.policy_error(f"{what} names {len(uuids)} GPUs ({len(set(uuids))} distinct)")
-    node = sim.node(node_id) if node_id is not None else None
+    node = sim.node(node_id)
     if node is None:
         raise sim.policy_error(f"{what} to unknown node {node_id!r}")
     on_node = {g.uuid for g in node.gpus}
@@ -248,12 +256,9 @@ def _save_progress(job: SimJob, now: float) -> None:
     now): the work done is kept, the service and run time counted, the completion void.
     Before a resume's overhead is over, `progress_at` is still ahead: nothing done."""
     assert job.started_at is not None and job.progress_at is not None
-    done = max(0.0, now - job.progress_at) * job.speed
-    job.remaining_s = max(0.0, job.remaining_s - done)
+    job.progress_to(now)
     job.progress_at = None
-    ran = now - job.started_at
-    job.attained_gpu_s += job.gpus * ran
-    job.run_time_s += ran
+    job.count_run(now)
     job.timing += 1  # its completion event is void now
 
 
@@ -264,10 +269,3 @@ def _new_segment(job: SimJob, now: float, progress_at: float) -> None:
     job.progress_at = progress_at
     job.remaining_at_start = job.remaining_s
     job.checkpoint_remaining = None
-
-
-def _show(sim: Simulation, job: SimJob, **fields: object) -> None:
-    """The policy's view of the job changes."""
-    job.placed_fields = {**job.placed_fields, **fields}
-    job.placed_view = None
-    sim._placed_view = None

@@ -22,11 +22,11 @@ def check_fraction(fraction: float) -> None:
         raise ValueError(f"--elastic: expected a fraction in [0, 1], got {fraction}")
 
 
-def gpu_range(seq: int, gpus: int, fraction: float, seed: int = 0) -> tuple[int, int] | None:
+def gpu_range(seq: int, gpus: int, fraction: float) -> tuple[int, int] | None:
     """The job's (least, most) GPUs if it is elastic, else None."""
     if gpus <= 1 or fraction <= 0.0:
         return None
-    draw = random.Random(f"elastic:{seed}:{seq}").random()  # in [0, 1): f = 1 takes all
+    draw = random.Random(f"elastic:0:{seq}").random()  # in [0, 1): f = 1 takes all
     return (math.ceil(gpus / 2), gpus) if draw < fraction else None
 
 

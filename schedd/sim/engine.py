@@ -48,6 +48,7 @@ from schedd.policy.snapshot import (
     PendingJob,
     PlacedJob,
     Request,
+    Shard,
     Snapshot,
 )
 from schedd.sim import controls, packing
@@ -125,7 +126,7 @@ class Simulation:
         self.locality = locality or LocalityModel()
         self.nodes = build_nodes(shape)
         self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
-        self._node = {n.node_id: n for n in self.nodes}
+        self._node: dict[str | None, Node] = {n.node_id: n for n in self.nodes}
         self._requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
         sharing, elastic = self.options.sharing, self.options.elastic
         self.jobs = [
@@ -161,6 +162,16 @@ class Simulation:
         self._tick_origin = start
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
         self._changed = False  # whether the last instant's plans changed anything
+        # Actions whose effect a plan at the same instant already saw (_worth_replanning):
+        # deadline answers were already in the plan's view, and so were the GPUs its
+        # suspensions freed (a policy's view frees them at once, unlike a preemption's)
+        # and its moves took; a move frees its GPUs at its end, an event (at once: new).
+        settled: tuple[type, ...] = (Launch, Reserve, AdmitDeadline, Suspend, Resume)
+        if self.options.migrate_overhead_s > 0:
+            settled = (*settled, Migrate)
+        if self.options.resize_overhead_s > 0:  # a shrink frees GPUs at its end, an event
+            settled = (*settled, Resize)
+        self._settled = settled
 
     # ---- the loop -----------------------------------------------------------------
 
@@ -270,14 +281,7 @@ class Simulation:
             return True
         if any(u not in self.gpu_owner for u in self.gpu_packed):
             return True  # a packed job's partner left: it may take its GPUs now
-        # Deadline answers were already in this plan's view, and so were the GPUs its
-        # suspensions freed (a policy's view frees them at once, unlike a preemption's)
-        # and its moves took; a move frees its GPUs at its end, an event (at once: new).
-        settled: tuple[type, ...] = (Launch, Reserve, AdmitDeadline, Suspend, Resume)
-        if self.options.migrate_overhead_s > 0:
-            settled = (*settled, Migrate)
-        if self.options.resize_overhead_s > 0:  # a shrink frees GPUs at its end, an event
-            settled = (*settled, Resize)
+        settled = self._settled  # made in __init__, from the options
         return any(not isinstance(a, settled) for a in plan.actions)
 
     # ---- what the policy sees -------------------------------------------------------
@@ -388,6 +392,12 @@ class Simulation:
     def _views_changed(self) -> None:
         self._pending_view = None
 
+    def _show(self, job: SimJob, **fields: object) -> None:
+        """The policy's view of the job changes."""
+        job.placed_fields = {**job.placed_fields, **fields}
+        job.placed_view = None
+        self._placed_view = None
+
     # ---- applying a plan -------------------------------------------------------------
 
     def _apply(self, plan: Plan, now: float) -> bool:
@@ -449,7 +459,7 @@ class Simulation:
     def policy_error(self, message: str) -> SimError:
         return SimError(f"policy {self.profile.name}: {message}")
 
-    def node(self, node_id: str) -> Node | None:
+    def node(self, node_id: str | None) -> Node | None:
         return self._node.get(node_id)
 
     def request(self, gpus: int) -> Request:
@@ -461,16 +471,15 @@ class Simulation:
 
     def _launch(self, launch: Launch, now: float) -> bool:
         job = self._job(launch.job_id, "Launch")
-        name = self.profile.name
         if job.state != PENDING:
-            raise SimError(f"policy {name}: Launch of job {job.spec.job_id}, which is {job.state}")
+            raise self.policy_error(f"Launch of job {job.spec.job_id}, which is {job.state}")
         uuids = launch.gpu_uuids
         gpus = len(uuids)
         least, most = job.gpu_range or (job.spec.gpus, job.spec.gpus)
         if not least <= gpus <= most or len(set(uuids)) != gpus:
             asks = f"{least} to {most}" if least < most else f"{most}"
-            raise SimError(
-                f"policy {name}: Launch of job {job.spec.job_id} names {gpus} GPUs "
+            raise self.policy_error(
+                f"Launch of job {job.spec.job_id} names {gpus} GPUs "
                 f"({len(set(uuids))} distinct); it asks for {asks}"
             )
         if not self._gpus_free(job, uuids, "launch"):
@@ -486,9 +495,7 @@ class Simulation:
         if job.first_started_at is None:
             job.first_started_at = now
         job.attempt += 1
-        nodes = len({s.node_id for s in launch.shards})
-        racks = len({self._rack[s.node_id] for s in launch.shards})
-        job.locality_speed = self.locality.speed(job.spec.name, gpus, nodes, racks)
+        job.locality_speed = self._locality_speed(job, launch.shards, gpus)
         job.placed_fields = {
             "job_id": job.spec.job_id,
             "user": job.spec.user,
@@ -507,6 +514,12 @@ class Simulation:
         self._hold(job, now)
         self.ledger.actions["Launch"] += 1
         return True
+
+    def _locality_speed(self, job: SimJob, shards: tuple[Shard, ...], gpus: int) -> float:
+        """The job's speed on `gpus` GPUs across `shards`, as their nodes and racks span."""
+        nodes = {s.node_id for s in shards}
+        racks = {self._rack[n] for n in nodes}
+        return self.locality.speed(job.spec.name, gpus, len(nodes), len(racks))
 
     def _gpus_free(self, job: SimJob, uuids: tuple[str, ...] | list[str], verb: str) -> bool:
         """Whether `job` may take `uuids` as their holder of its kind: False (refused and
@@ -532,10 +545,9 @@ class Simulation:
                 # Room made by a preemption or a move still under way: free later.
                 self.ledger.refused[f"{verb} on GPUs still being freed"] += 1
                 return False
-            raise SimError(
-                f"policy {self.profile.name}: {verb.capitalize()} of {job.kind} job "
-                f"{job.spec.job_id} on GPU {uuid}, which {holder.kind} job "
-                f"{holder.spec.job_id} holds"
+            raise self.policy_error(
+                f"{verb.capitalize()} of {job.kind} job {job.spec.job_id} on GPU {uuid},"
+                f" which {holder.kind} job {holder.spec.job_id} holds"
             )
         return True
 
@@ -555,9 +567,7 @@ class Simulation:
         overhead = self.options.preempt_overhead_s
         if overhead > 0:
             job.state = PREEMPTING
-            job.placed_fields = {**job.placed_fields, "state": PREEMPTING}
-            job.placed_view = None
-            self._placed_view = None
+            self._show(job, state=PREEMPTING)
             self._at(now + overhead, _PREEMPT_END, job)
         else:
             self._release(job, now)
@@ -567,9 +577,8 @@ class Simulation:
     def _admit_deadline(self, admit: AdmitDeadline) -> bool:
         job = self._job(admit.job_id, "AdmitDeadline")
         if job.spec.deadline_s is None:
-            raise SimError(
-                f"policy {self.profile.name}: AdmitDeadline of job {job.spec.job_id},"
-                " which has no deadline"
+            raise self.policy_error(
+                f"AdmitDeadline of job {job.spec.job_id}, which has no deadline"
             )
         if job.deadline_admitted == admit.admitted:
             return False
@@ -579,9 +588,7 @@ class Simulation:
         job.pending_view = None
         self._pending_view = None
         if job.placed_fields:
-            job.placed_fields = {**job.placed_fields, "deadline_admitted": admit.admitted}
-            job.placed_view = None
-            self._placed_view = None
+            self._show(job, deadline_admitted=admit.admitted)
         return True
 
     def _stop(self, stop: Stop, now: float) -> bool:
@@ -662,7 +669,7 @@ class Simulation:
         """Close the current attempt: count its service (of its run segment since its
         launch or last resume), keep the work that survives."""
         assert job.started_at is not None and job.progress_at is not None
-        ran = now - job.started_at
+        ran = now - job.started_at  # the segment's length, counted by `count_run`
         kept = ran
         every = self.options.checkpoint_interval_s
         if every is not None:
@@ -678,8 +685,7 @@ class Simulation:
             job.remaining_s = job.remaining_at_start
         job.remaining_s = max(0.0, job.remaining_s)
         job.progress_at = None
-        job.attained_gpu_s += job.gpus * ran
-        job.run_time_s += ran
+        job.count_run(now)
         job.attempt += 1  # its completion event is void now
         job.timing += 1
         job.pending_view = None
@@ -697,10 +703,7 @@ class Simulation:
         return nullcontext()
 
     def _finish(self, job: SimJob, now: float) -> None:
-        assert job.started_at is not None
-        ran = now - job.started_at
-        job.attained_gpu_s += job.gpus * ran
-        job.run_time_s += ran
+        job.count_run(now)
         job.remaining_s = 0.0
         self._release(job, now)
         self._end(job, FINISHED, now)
@@ -736,6 +739,21 @@ class Simulation:
 
     def _holders(self, kind: str) -> dict[str, SimJob]:
         return self.gpu_sharer if kind == OPPORTUNISTIC else self.gpu_owner
+
+    def _move_holders(
+        self,
+        job: SimJob,
+        uuids: list[str],
+        src: dict[str, SimJob],
+        dst: dict[str, SimJob],
+        now: float,
+    ) -> None:
+        """The job holds `uuids` in the `dst` slot instead of `src` (a change of kind, a
+        packed job that takes its GPUs over)."""
+        with self.gpus_change(uuids, now):
+            for uuid in uuids:
+                del src[uuid]
+                dst[uuid] = job
 
     @staticmethod
     def _uuids(job: SimJob) -> list[str]:
@@ -823,8 +841,7 @@ class Simulation:
             if at > job.progress_at:
                 left = job.remaining_s - (at - job.progress_at) * job.speed
                 job.checkpoint_remaining = (at, max(0.0, left))
-        done = max(0.0, now - job.progress_at) * job.speed
-        job.remaining_s = max(0.0, job.remaining_s - done)
+        job.progress_to(now)
         job.progress_at = max(now, job.progress_at)
         model = self.options.sharing
         uuids = self._uuids(job)
@@ -836,7 +853,7 @@ class Simulation:
             sharers = (self.gpu_sharer.get(u) for u in uuids)
             shared = any(o is not None and o.state != MIGRATING for o in sharers)
             job.share_speed = model.guaranteed_speed(shared)
-            job.pack_speed = packing.pair_speed(self, uuids)
+            job.pack_speed = packing.pair_speed(self, uuids) if self.gpu_packed else 1.0
         job.speed = job.locality_speed * job.share_speed * job.pack_speed
         if job.share_speed * job.pack_speed != ratio:  # its view's progress_ratio
             job.placed_view = None
@@ -848,7 +865,7 @@ class Simulation:
     def _set_kind(self, action: SetKind, now: float) -> bool:
         job = self._job(action.job_id, "SetKind")
         if action.kind not in (GUARANTEED, OPPORTUNISTIC):
-            raise SimError(f"policy {self.profile.name}: SetKind to {action.kind!r}")
+            raise self.policy_error(f"SetKind to {action.kind!r}")
         if job.kind == action.kind:
             return False
         if job.state == PENDING:
@@ -860,14 +877,9 @@ class Simulation:
             if any(u in self.gpu_owner for u in uuids):
                 self.ledger.refused["upgrade on GPUs a guaranteed job holds"] += 1
                 return False
-            with self.gpus_change(uuids, now):
-                for uuid in uuids:
-                    del self.gpu_sharer[uuid]
-                    self.gpu_owner[uuid] = job
-                job.kind = GUARANTEED
-            job.placed_fields = {**job.placed_fields, "kind": GUARANTEED}
-            job.placed_view = None
-            self._placed_view = None
+            job.kind = GUARANTEED  # before `gpus_change`, which reads it only as it ends
+            self._move_holders(job, uuids, self.gpu_sharer, self.gpu_owner, now)
+            self._show(job, kind=GUARANTEED)
         else:
             self.ledger.refused[f"SetKind {action.kind} of a {job.state} {job.kind} job"] += 1
             return False

@@ -9,7 +9,8 @@ future -> pending -> running -> finished
                                  packed -> running       (Resume: its partner left)
                       running -> migrating -> running    (Migrate: to other GPUs after a while;
                                                           Resize: to another GPU count)
-pending / running / suspended / packed -> cancelled      (Stop, or Preempt without requeue)
+          pending / suspended / packed -> cancelled      (Stop)
+                      running -> cancelled               (Stop, or Preempt without requeue)
                       migrating -> cancelled             (Stop: when the move is over)
 
 A suspended job keeps its shards (the GPUs it resumes on) and its place among the jobs
@@ -69,10 +70,10 @@ class SimJob:
     first_started_at: float | None = None
     finished_at: float | None = None
     ended_at: float | None = None  # finished or cancelled
-    attained_gpu_s: float = 0.0  # GPU-seconds of service in attempts already over
-    run_time_s: float = 0.0  # wall-clock seconds run in attempts already over
+    attained_gpu_s: float = 0.0  # GPU-seconds of service in run segments already over
+    run_time_s: float = 0.0  # wall-clock seconds run in run segments already over
     speed: float = 1.0  # now: locality x sharing x packing
-    locality_speed: float = 1.0  # of the current attempt's placement
+    locality_speed: float = 1.0  # of its current placement
     share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
     pack_speed: float = 1.0  # packed with another job on its GPUs, or not (packing.py)
     # When remaining_s was last brought up to date; after a resume with an overhead, when
@@ -101,3 +102,17 @@ class SimJob:
     # What the policy's PlacedJob says that does not change during an attempt.
     placed_fields: dict[str, Any] = field(default_factory=dict)
     placed_view: PlacedJob | None = None
+
+    def progress_to(self, now: float) -> None:
+        """Bring `remaining_s` up to now at the current speed (nothing done while
+        `progress_at` still lies ahead, before a resume's overhead is over)."""
+        assert self.progress_at is not None
+        done = max(0.0, now - self.progress_at) * self.speed
+        self.remaining_s = max(0.0, self.remaining_s - done)
+
+    def count_run(self, now: float) -> None:
+        """Count the run segment up to now as service and run time."""
+        assert self.started_at is not None
+        ran = now - self.started_at
+        self.attained_gpu_s += self.gpus * ran
+        self.run_time_s += ran

@@ -25,7 +25,7 @@ class JobOutcome:
     suspensions: int
     migrations: int
     resizes: int
-    packs: int = 0  # Resumes beside another job applied (packing)
+    packs: int  # Resumes beside another job applied (packing)
 
     @property
     def jct_s(self) -> float | None:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from schedd.policy.actions import Resume
 from schedd.policy.snapshot import GUARANTEED
-from schedd.sim.controls import _new_segment, _save_progress, _show
+from schedd.sim.controls import _resume_as, _suspend_from
 from schedd.sim.jobs import PACKED, RUNNING, SUSPENDED, SimJob
 
 if TYPE_CHECKING:
@@ -77,14 +77,10 @@ def pack(sim: Simulation, action: Resume, now: float) -> bool:
     if refusal is not None:
         sim.ledger.refused[refusal] += 1
         return False
-    job.state = PACKED  # first: `Simulation._hold` puts it in the packed slot
-    job.held_since = now
     job.packs += 1
-    _new_segment(job, now, progress_at=now + sim.options.suspend_overhead_s)
-    _show(sim, job, state=PACKED, state_since=now)
     # Its partner is timed again at the packing speed, and its view made again with
     # its new progress ratio (`Simulation._retime`).
-    sim._hold(job, now)
+    _resume_as(sim, job, PACKED, now)
     sim.ledger.actions["Pack"] += 1
     return True
 
@@ -113,12 +109,9 @@ def take_over(sim: Simulation, job: SimJob, now: float) -> bool:
     uuids = sim._uuids(job)
     if not sim._gpus_free(job, uuids, "resume"):
         return False
-    with sim.gpus_change(uuids, now):
-        for uuid in uuids:
-            del sim.gpu_packed[uuid]
-            sim.gpu_owner[uuid] = job
-        job.state = RUNNING
-    _show(sim, job, state=RUNNING, state_since=now)
+    job.state = RUNNING  # before `gpus_change`, which reads it only as it ends
+    sim._move_holders(job, uuids, sim.gpu_packed, sim.gpu_owner, now)
+    sim._show(job, state=RUNNING, state_since=now)
     sim.ledger.actions["Resume"] += 1
     return True
 
@@ -127,16 +120,8 @@ def unpack(sim: Simulation, job: SimJob, now: float) -> bool:
     """The packed job is suspended again: its work up to now kept, its GPUs left to its
     partner (timed again alone), not packed again in this attempt."""
     assert job.state == PACKED
-    _save_progress(job, now)
-    uuids = sim._uuids(job)
-    job.state = SUSPENDED
-    with sim.gpus_change(uuids, now):
-        for uuid in uuids:
-            del sim.gpu_packed[uuid]
-    sim.ledger.release(job, now)
-    job.held_since = None
-    sim.usage.change(job.spec.queue, job.spec.user, -job.gpus, now)
-    _show(sim, job, state=SUSPENDED, state_since=now, packable=False)
+    _suspend_from(sim, job, sim.gpu_packed, now)
+    sim._show(job, state=SUSPENDED, state_since=now, packable=False)
     sim.ledger.actions["Unpack"] += 1
     return True
 

@@ -37,13 +37,15 @@ _UTIL_ALONE = (
     f"coalesce((util_alone_sum + util_alone_pct * {_OPEN_S})"
     f" / nullif(util_alone_s + {_OPEN_S}, 0), util_alone_pct)"
 )
+# SQL SET: the job's last figure held until now, its open interval (if any) added to
+# the weighted sums (a new sample then opens the next one: `nodes.record_samples`).
+CLOSE_UTIL_ALONE = (
+    f"util_alone_s = util_alone_s + {_OPEN_S},"
+    f" util_alone_sum = util_alone_sum + coalesce(util_alone_pct * {_OPEN_S}, 0)"
+)
 # SQL SET: the job's run alone ends now (it is suspended, or its run ends): its last
 # figure held until now, and no interval is open any longer.
-_FOLD_UTIL_ALONE = (
-    f"util_alone_s = util_alone_s + {_OPEN_S},"
-    f" util_alone_sum = util_alone_sum + coalesce(util_alone_pct * {_OPEN_S}, 0),"
-    " util_alone_at = NULL"
-)
+_FOLD_UTIL_ALONE = f"{CLOSE_UTIL_ALONE}, util_alone_at = NULL"
 JOB_COLUMNS = (
     "id, seq, user_name, name, queue, priority, kind, spec, state, attempt, node_id, gpu_uuids,"
     " gpus, cpus, memory_mib, gpu_memory_mib, exit_code, exit_signal, reason, submitted_at,"
@@ -581,8 +583,6 @@ async def set_suspended(
 _NOTE_SETTABLE = {
     "controls",
     "checkpoint_path",
-    "migrate_to",
-    "resize_to",
     "prefetched_to",
     "kind",
 }
@@ -592,7 +592,7 @@ _NOTE_SETTABLE = {
 STEPS_ALONE_KEPT = 20
 
 
-def _runs_beside(t: str) -> str:
+def runs_beside(t: str) -> str:
     """SQL: another job runs on one of the GPUs of the row `t` (its process is placed
     there and not suspended: a packed job, its partner, an opportunistic job, one that
     is starting or being stopped)."""
@@ -609,33 +609,31 @@ async def record_progress(
     job_id: str,
     attempt: int,
     progress: dict[str, Any],
-    stepping: bool,
     step_wall_s: float | None = None,
 ) -> None:
     """The job's latest progress and when it came; not history (it would be one event a
-    second). `stepping`: it reported mini-batches through its shim, which can then save
-    a checkpoint on request (unless one already failed this attempt). `step_wall_s`, the
-    report's mean step time, is kept among the job's step times alone (the last
+    second). With `step_wall_s` (the report's mean step time) it reported mini-batches
+    through its shim, which can then save a checkpoint on request (unless one already
+    failed this attempt); that time is kept among the job's step times alone (the last
     `STEPS_ALONE_KEPT`) where no other job runs on its GPUs."""
     await pool.execute(
         f"""
         UPDATE jobs j SET progress = $3, progress_at = now(),
-            checkpointable = CASE WHEN $4 THEN coalesce(checkpointable, true)
-                ELSE checkpointable END,
+            checkpointable = CASE WHEN $4::float8 IS NOT NULL
+                THEN coalesce(checkpointable, true) ELSE checkpointable END,
             step_alone_s = CASE
-                WHEN $5::float8 IS NULL OR $5::float8 <= 0
+                WHEN $4::float8 IS NULL OR $4::float8 <= 0
                     OR coalesce((j.controls->>'suspended')::boolean, false)
-                    OR {_runs_beside("j")}
+                    OR {runs_beside("j")}
                 THEN j.step_alone_s
-                ELSE (array_append(coalesce(j.step_alone_s, '{{}}'), $5::float8))[
-                    greatest(coalesce(cardinality(j.step_alone_s), 0) + 2 - $6, 1):]
+                ELSE (array_append(coalesce(j.step_alone_s, '{{}}'), $4::float8))[
+                    greatest(coalesce(cardinality(j.step_alone_s), 0) + 2 - $5, 1):]
                 END
         WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running'
         """,
         job_id,
         attempt,
         progress,
-        stepping,
         step_wall_s,
         STEPS_ALONE_KEPT,
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 import asyncpg
 
+from schedd.store.jobs import CLOSE_UTIL_ALONE, runs_beside
 from shared.protocol import GpuSample, Inventory
 
 
@@ -54,6 +55,10 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
     """The GPUs' last samples, and the usage so far of each job running on the node:
     the peak memory on any of its GPUs, and its GPUs' utilisation averaged into one
     sample per report."""
+    # A GPU that could not be read is reported fully busy: not what its job did.
+    read = [s for s in samples if s.error is None]
+    uuids = [s.uuid for s in read]
+    utils = [s.utilization_pct for s in read]
     async with pool.acquire() as conn, conn.transaction():
         await conn.executemany(
             "UPDATE gpus SET utilization_pct = $2, memory_used_mib = $3, updated_at = now()"
@@ -78,18 +83,12 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                 gpu_util_sumsq = j.gpu_util_sumsq + s.util * s.util
             FROM s WHERE j.id = s.id
             """,
-            # A GPU that could not be read is reported fully busy: not what its job did.
-            [s.uuid for s in samples if s.error is None],
-            [s.utilization_pct for s in samples if s.error is None],
-            [s.memory_used_mib for s in samples if s.error is None],
+            uuids,
+            utils,
+            [s.memory_used_mib for s in read],
             node_id,
         )
-        await conn.execute(
-            _UTIL_ALONE,
-            [s.uuid for s in samples if s.error is None],
-            [s.utilization_pct for s in samples if s.error is None],
-            node_id,
-        )
+        await conn.execute(_MEASURE_UTIL_ALONE, uuids, utils, node_id)
 
 
 # How busy each running job keeps its GPUs while it runs alone on them (packing reads
@@ -99,7 +98,7 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
 # previous sample, if it ran alone since (`util_alone_at` is cleared whenever that run
 # is broken: by this statement for a job that is not alone at a sample, and by a
 # suspend or resume). A figure is thus only ever what the GPUs did with the job alone.
-_UTIL_ALONE = """
+_MEASURE_UTIL_ALONE = f"""
 WITH s AS (
     SELECT * FROM unnest($1::text[], $2::int[]) AS s(uuid, util)
 ), alone AS (
@@ -108,25 +107,12 @@ WITH s AS (
     -- (The states of the index of placed jobs, `jobs_placed`, in every subquery.)
     WHERE j.state = 'running' AND j.node_id = $3 AND cardinality(j.gpu_uuids) > 0
       AND NOT coalesce((j.controls->>'suspended')::boolean, false)
-      AND NOT EXISTS (
-          SELECT 1 FROM jobs o
-          WHERE o.id <> j.id AND o.node_id = $3
-            AND o.state IN ('assigned', 'running', 'preempting', 'cancelling')
-            AND NOT coalesce((o.controls->>'suspended')::boolean, false)
-            AND s.uuid = ANY(o.gpu_uuids))
+      AND NOT {runs_beside("j")}
     GROUP BY j.id, j.gpu_uuids
     HAVING count(*) = cardinality(j.gpu_uuids)
 ), measured AS (
-    UPDATE jobs j SET
-        util_alone_s = j.util_alone_s + coalesce(
-            greatest(extract(epoch FROM now() - j.util_alone_at)::float8, 0), 0),
-        util_alone_sum = j.util_alone_sum + coalesce(
-            greatest(extract(epoch FROM now() - j.util_alone_at)::float8, 0)
-            * j.util_alone_pct, 0),
-        util_alone_pct = a.util,
-        util_alone_at = now()
+    UPDATE jobs j SET {CLOSE_UTIL_ALONE}, util_alone_pct = a.util, util_alone_at = now()
     FROM alone a WHERE j.id = a.id
-    RETURNING j.id
 )
 UPDATE jobs j SET util_alone_at = NULL
 WHERE j.node_id = $3 AND j.state IN ('assigned', 'running', 'preempting', 'cancelling')

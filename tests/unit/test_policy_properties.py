@@ -169,6 +169,15 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: s
         before[job.queue] = before.get(job.queue, 0) + job.request.gpus
         if job.job_id not in victims:
             after[job.queue] = after.get(job.queue, 0) + job.request.gpus
+    # A job preempted for a job of its own queue (the Gittins index, 2D-LAS) leaves its
+    # GPUs to that queue: the plan has them change hands inside it.
+    queue_of = {j.job_id: j.queue for j in (*snap.placed, *snap.pending)}
+    for job_id, wait in plan.waiting.items():
+        if wait.code == "preempting" and "to make room: " in wait.reason:
+            for victim in wait.reason.split("to make room: ", 1)[1].split(", "):
+                if victim in victims and queue_of[victim] == queue_of[job_id]:
+                    moved = next(j for j in snap.placed if j.job_id == victim)
+                    after[moved.queue] = after.get(moved.queue, 0) + moved.request.gpus
     # What the same plan starts for the queue counts too: it holds that after the plan.
     launched = {a.job_id for a in plan.actions if isinstance(a, Launch)}
     for pending_job in snap.pending:

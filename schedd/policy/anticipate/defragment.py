@@ -5,8 +5,9 @@ to having them, if what it gains is worth what the moves cost.
 After the cycle's decisions, for the first `migrate_jobs` jobs waiting for capacity: the
 nodes that could run the job are tried, those with the most free GPUs first (at most
 16: `migration.short_nodes`); on each, the running jobs that may move
-(`migration.movable`) are taken, the largest first, until the GPUs missing there are
-covered, each to the node it fits best elsewhere. The cheapest such set wins if the
+(`migration.movable`) go: the smallest one large enough that has somewhere to go, else
+the largest first until the GPUs missing there are covered, each to the node it fits
+best elsewhere. The cheapest such set wins if the
 job's GPUs x its expected wait (until enough GPUs free up by the running jobs'
 estimates; `default_estimate_s` if none can be foreseen) exceed the moved GPUs x
 `migrate_cost_s`. The movers hold their new GPUs from now; the waiting job starts when
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
-from schedd.policy.placement import needs_spreading
+from schedd.policy.placement import has_room, needs_spreading
 from schedd.policy.reservation import reservation_for
 from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus
 from schedd.policy.view import View
@@ -78,7 +79,7 @@ def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Mov
         gone = [m.request for m, _ in moves]
         cpus = cap.cpus + sum(r.cpus for r in gone)
         memory = cap.memory_mib + sum(r.memory_mib for r in gone)
-        if cpus + 1e-9 < job.request.cpus or memory < job.request.memory_mib:
+        if not has_room(cpus, memory, job.request):
             continue
         moved = sum(r.gpus for r in gone)
         if best is None or (moved, node_id) < best[:2]:

@@ -15,13 +15,8 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     if not view.snapshot.multi_node:
         return []
     largest = len(view.by_free) - 1
-    spread = sorted(
-        (
-            j
-            for j in view.snapshot.placed
-            if len(j.shards) > 1 and j.request.gpus <= largest and migration.movable(j, view)
-        ),
-        key=lambda j: (-view.remaining(j), j.job_id),
+    spread = migration.most_work_left(
+        view, lambda j: len(j.shards) > 1 and j.request.gpus <= largest
     )
     settings = view.settings
     actions: list[Action] = []

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan, Resize
+from schedd.policy.anticipate.prefetch import WAITING_FOR_ROOM
 from schedd.policy.snapshot import Shard
 from schedd.policy.view import View
 
-WAITING_FOR_GPUS = frozenset({"no_capacity", "reserved", "preempting"})
+WAITING_FOR_GPUS = WAITING_FOR_ROOM | {"preempting"}
 
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
@@ -24,16 +25,11 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         return []  # idle GPUs are for the jobs that wait, not for growing
     if not view.free_gpu_count():
         return []
-    elastic = sorted(
-        (
-            j
-            for j in view.snapshot.placed
-            if j.gpu_range is not None
-            and j.request.gpus < j.gpu_range[1]
-            and len(j.shards) == 1
-            and migration.movable(j, view)
+    elastic = migration.most_work_left(
+        view,
+        lambda j: (
+            j.gpu_range is not None and j.request.gpus < j.gpu_range[1] and len(j.shards) == 1
         ),
-        key=lambda j: (-view.remaining(j), j.job_id),
     )
     settings = view.settings
     actions: list[Action] = []

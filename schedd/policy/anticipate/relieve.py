@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
-from schedd.policy.snapshot import holds_gpus
-from schedd.policy.timeslice import suspended_jobs
+from schedd.policy.timeslice import holders, sole_holder, suspended_jobs
 from schedd.policy.view import View
 
 
@@ -23,22 +22,15 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     if not waiting or not view.free_gpu_count():
         return []
     settings = view.settings
+    holder = holders(view)
     actions: list[Action] = []
     for job in waiting:
         if len(actions) >= settings.migrate_jobs:
             break
         if view.decided(job.job_id):
             continue  # resumed by this plan already
-        on = {
-            p.job_id: p
-            for s in job.shards
-            for p in migration.placed_on(view).get(s.node_id, [])
-            if holds_gpus(p) and not set(p.gpu_uuids).isdisjoint(job.gpu_uuids)
-        }
-        if len(on) != 1:
-            continue
-        (partner,) = on.values()
-        if partner.gpu_uuids != job.gpu_uuids or not migration.movable(partner, view, False):
+        partner = sole_holder(job, holder)
+        if partner is None or not migration.movable(partner, view, False):
             continue
         shared = min(view.remaining(job), view.remaining(partner))
         if shared <= settings.migrate_cost_s:

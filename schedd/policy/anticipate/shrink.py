@@ -15,6 +15,7 @@ from __future__ import annotations
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan, Resize
 from schedd.policy.anticipate.defragment import expected_wait, waiting_for_room
+from schedd.policy.placement import has_room
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -37,7 +38,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         for shrunk, keep in shrinks:
             (shard,) = shrunk.shards
             kept = shard.gpu_uuids[:keep]
-            view.claim(shrunk, ())
+            view.mark(shrunk.job_id)
             actions.append(
                 Resize(
                     shrunk.job_id,
@@ -55,7 +56,7 @@ def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shr
     best: tuple[int, str, Shrinks] | None = None
     for node_id, missing in migration.short_nodes(job, view, promised):
         cap = view.capacity[node_id]
-        if cap.cpus + 1e-9 < job.request.cpus or cap.memory_mib < job.request.memory_mib:
+        if not has_room(cap.cpus, cap.memory_mib, job.request):
             continue  # a shrunk job keeps its CPUs and memory
         shrinks = _shrinks_on(node_id, missing, view)
         if shrinks is None:

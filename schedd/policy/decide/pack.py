@@ -21,20 +21,26 @@ A plan that packs asks to be made again `pack_check_s` later, when the rates are
 from __future__ import annotations
 
 from schedd.policy.actions import Action, Resume, Suspend
-from schedd.policy.snapshot import PACKED, PlacedJob, holds_gpus
-from schedd.policy.timeslice import may_take_turns, packed_sets, suspended_jobs
+from schedd.policy.snapshot import PlacedJob
+from schedd.policy.timeslice import (
+    holders,
+    may_take_turns,
+    packed_jobs,
+    packed_sets,
+    sole_holder,
+    suspended_jobs,
+)
 from schedd.policy.view import View
 
 _PACKED_NOW = ("packed_now",)
 
 
 def decide(view: View) -> list[Action]:
-    placed = view.snapshot.placed
-    packed = [j for j in placed if j.state == PACKED]
+    packed = packed_jobs(view)
     waiting = [j for j in suspended_jobs(view) if not view.decided(j.job_id)]
     if not packed and not waiting:
         return []
-    holder = {u: j for j in placed if holds_gpus(j) for u in j.gpu_uuids}
+    holder = holders(view)
     check = view.settings.pack_check_s
     actions: list[Action] = []
     for job in packed:
@@ -48,7 +54,7 @@ def decide(view: View) -> list[Action]:
         rates = (job.progress_ratio, partner.progress_ratio)
         measured = job.state_since is None or view.now >= job.state_since + check
         if measured and None not in rates and sum(rates) < view.settings.pack_min_progress:  # type: ignore[arg-type]
-            view.touched.add(job.job_id)
+            view.mark(job.job_id)
             actions.append(
                 Suspend(
                     job.job_id,
@@ -60,10 +66,9 @@ def decide(view: View) -> list[Action]:
         partner = _partner(job, holder, view)
         if partner is None or not _packable(job, partner, view):
             continue
-        view.touched.update((job.job_id, partner.job_id))  # one pack each, this cycle
-        for shard in job.shards:  # no opportunistic job joins them (place.share)
-            held = view.shared.get(shard.node_id, frozenset())
-            view.shared[shard.node_id] = held | frozenset(shard.gpu_uuids)
+        view.mark(job.job_id)  # one pack each, this cycle
+        view.mark(partner.job_id)
+        view.mark_shared(job.shards)  # no opportunistic job joins them (place.share)
         view.memo[_PACKED_NOW] = True
         actions.append(
             Resume(
@@ -78,13 +83,8 @@ def decide(view: View) -> list[Action]:
 
 def _partner(job: PlacedJob, holder: dict[str, PlacedJob], view: View) -> PlacedJob | None:
     """The one job that holds the job's very GPUs, if it is running and may share."""
-    holders = {holder[u].job_id: holder[u] for u in job.gpu_uuids if u in holder}
-    if len(holders) != 1:
-        return None
-    (partner,) = holders.values()
-    if partner.gpu_uuids != job.gpu_uuids or not may_take_turns(partner):
-        return None
-    return partner
+    partner = sole_holder(job, holder)
+    return partner if partner is not None and may_take_turns(partner) else None
 
 
 def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
@@ -101,14 +101,14 @@ def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
 
 
 def recheck_at(view: View) -> float | None:
-    """`pack_check_s` after each pack (this plan's included), when its rates may say to
-    undo it."""
+    """`pack_check_s` after the pack this plan made, if it made one; else after each
+    earlier pack still to be judged."""
     check = view.settings.pack_check_s
     if view.memo.get(_PACKED_NOW):
         return view.now + check
     times = [
         j.state_since + check
-        for j in view.snapshot.placed
-        if j.state == PACKED and j.state_since is not None and j.state_since + check > view.now
+        for j in packed_jobs(view)
+        if j.state_since is not None and j.state_since + check > view.now
     ]
     return min(times, default=None)

@@ -11,8 +11,9 @@ opportunistic job sharing a GPU does not (it shares with whoever holds it).
 from __future__ import annotations
 
 from schedd.policy.actions import Action, Resume, Suspend
-from schedd.policy.snapshot import PlacedJob, holds_gpus
+from schedd.policy.snapshot import PlacedJob
 from schedd.policy.timeslice import (
+    holders,
     may_take_turns,
     packed_sets,
     suspended_jobs,
@@ -28,7 +29,7 @@ def decide(view: View) -> list[Action]:
     waiting = suspended_jobs(view)
     if not waiting:
         return []
-    holder = {u: j for j in view.snapshot.placed if holds_gpus(j) for u in j.gpu_uuids}
+    holder = holders(view)
     actions: list[Action] = []
     for job in waiting:
         free = {g.uuid for s in job.shards for g in view.capacity[s.node_id].free_gpus}

@@ -43,9 +43,8 @@ def _candidates(queue: str, view: View) -> list[PlacedJob]:
         return known  # type: ignore[return-value]
     room: dict[str, int] = {}
     ranked: list[PlacedJob] = []
-    stopping = view.stopping
     for victim in _old_enough(view):
-        if victim.queue == queue or victim.job_id in stopping or victim.job_id in view.touched:
+        if victim.queue == queue or view.decided(victim.job_id):
             continue
         left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
         if victim.request.gpus > left:

@@ -14,17 +14,16 @@ began longest ago. Nobody loses work: a suspended job keeps its process.
 from __future__ import annotations
 
 from schedd.policy.make_room.victims import Eviction, PlaceFn
+from schedd.policy.placement import has_room
 from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.timeslice import (
-    TURN_SLACK,
     group_sizes,
     may_take_turns,
     packed_sets,
     since,
     turn_begins,
-    turn_ends,
-    turn_length,
     turn_over,
+    turn_over_at,
 )
 from schedd.policy.view import View
 
@@ -35,22 +34,29 @@ def _partners(view: View, gpus: int) -> list[PlacedJob]:
     key = ("timeslice_partners", gpus)
     known = view.memo.get(key)
     if known is None:
-        most = view.settings.timeslice_max
-        sizes, packed = group_sizes(view), packed_sets(view)
+        sizes = group_sizes(view)
         known = view.memo[key] = sorted(
             (
                 j
                 for j in view.snapshot.placed
                 if j.request.gpus == gpus
-                and may_take_turns(j)
+                and _joinable(j, view)
                 and j.shards[0].node_id in view.capacity
-                and 1 + sizes[j.gpu_uuids] < most
-                and j.gpu_uuids not in packed
                 and not _turn_protected(j, view)
             ),
             key=lambda j: (sizes[j.gpu_uuids], since(j), j.job_id),
         )
     return known  # type: ignore[return-value]
+
+
+def _joinable(job: PlacedJob, view: View) -> bool:
+    """A job that may take turns, on GPUs with room for one more and no pack."""
+    sizes, packed = group_sizes(view), packed_sets(view)
+    return (
+        may_take_turns(job)
+        and 1 + sizes[job.gpu_uuids] < view.settings.timeslice_max
+        and job.gpu_uuids not in packed
+    )
 
 
 def _turn_protected(job: PlacedJob, view: View) -> bool:
@@ -68,7 +74,7 @@ def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
     if job.request.node_id is not None and job.request.node_id != shard.node_id:
         return False
     cap = view.capacity[shard.node_id]
-    if cap.cpus + 1e-9 < job.request.cpus or cap.memory_mib < job.request.memory_mib:
+    if not has_room(cap.cpus, cap.memory_mib, job.request):
         return False
     want = job.request.gpu_memory_mib
     if want is not None and any(view.gpu(u).memory_mib < want for u in shard.gpu_uuids):
@@ -84,8 +90,9 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if view.settings.timeslice_max < 2 or not holds_gpus(job) or job.request.gpus <= 0:
         return None
     # Partners only go (to the plan's choices) and capacity only shrinks in a cycle: a
-    # request that found none finds none for the rest of it.
-    none_for = ("timeslice_none", job.request)
+    # request that found none finds none for the rest of it (but for a job with GPUs
+    # reserved for it, which others of its request may not use).
+    none_for = ("timeslice_none", job.request, job.job_id if view.reserved else None)
     if none_for in view.memo:
         return None
     for partner in _partners(view, job.request.gpus):
@@ -104,17 +111,11 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
 def recheck_at(view: View) -> float | None:
     """When the next resumed job's turn ends: a job waiting for GPUs may take turns
     with it then."""
-    most = view.settings.timeslice_max
-    if most < 2:
+    if view.settings.timeslice_max < 2:
         return None
-    sizes, packed = group_sizes(view), packed_sets(view)
     ends = [
-        t
+        turn_over_at(j, view)
         for j in view.snapshot.placed
-        if may_take_turns(j)
-        and 1 + sizes[j.gpu_uuids] < most
-        and j.gpu_uuids not in packed
-        and _turn_protected(j, view)
-        and (t := turn_ends(j, view) - TURN_SLACK * turn_length(j.queue, view)) > view.now
+        if _joinable(j, view) and _turn_protected(j, view)  # protected: its end is ahead
     ]
     return min(ends, default=None)
