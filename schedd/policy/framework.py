@@ -7,7 +7,8 @@ Each stage is a plugin, a plain function with a typed result:
   deadlines are guaranteed, say); the plugin keeps what later stages read in the view;
 - order(pending, view) -> the pending jobs in the order they are considered (a lazy
   iterator: it may look at the view again after each job, as DRF does);
-- admit(job, view) -> a Wait saying why the job may not start now, or None;
+- admit(job, view) -> a Wait saying why the job may not start now, or None, from the
+  job's queue, user and request and the view alone;
 - place(job, view) -> a Placement, or a NoFit counting nodes by why they did not fit;
 - make_room(job, view, place) -> an Eviction (victims to preempt), or None;
 - anticipate(view, plan) -> actions that prepare for the jobs still waiting, once the
@@ -47,6 +48,8 @@ OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
 AdmitFn = Callable[[PendingJob, View], Wait | None]
 MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
 RecheckFn = Callable[[View], float | None]
+# A make-room plugin's rank of pending jobs, for the plan (see `Stages.waits_alike`).
+RankFn = Callable[[View], Callable[[PendingJob], float]]
 DecideFn = Callable[[View], list[Action]]
 AnticipateFn = Callable[[View, Plan], list[Action]]
 Blocking = Literal["strict", "backfill", "skip"]
@@ -71,6 +74,12 @@ class Stages:
     anticipate: tuple[AnticipateFn, ...] = ()
     # When the decide plugins could act with no event, whether or not jobs wait.
     decide_recheck: tuple[RecheckFn, ...] = ()
+    # Set where a job that waits tells how every later job of its queue, user, request
+    # and GPU range waits until the view changes, if their rank is no better: each
+    # make-room plugin finds victims only among jobs ranked below the waiting one, by
+    # this rank or by none (reclaim). Most pending jobs of a busy cluster wait so, and
+    # are answered without asking the stages again.
+    waits_alike: RankFn | None = None
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -105,6 +114,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         result.actions.extend(decide(view))
     blocker: str | None = None
     reservations = 0
+    alike = _WaitsAlike(stages, view)
     for pending in stages.order(snapshot.pending, view):
         if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
             _place_opportunistic(pending, view, result)  # it holds nobody back: no FIFO
@@ -113,6 +123,10 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             result.waiting[pending.job_id] = Wait(
                 "fifo_order", f"queued behind job {blocker} (FIFO)"
             )
+            continue
+        known = alike.wait(pending)
+        if known is not None:
+            result.waiting[pending.job_id] = known
             continue
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
@@ -123,7 +137,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if converted:
                 _place_opportunistic(pending, view, result)
             else:
-                result.waiting[job.job_id] = refused
+                result.waiting[job.job_id] = alike.waits(job, refused)
             continue
         placed = _place(stages, job, view)
         label = stages.label
@@ -166,6 +180,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             _place_opportunistic(pending, view, result)
             continue
         result.waiting[job.job_id] = _blocked(stages, job, view, placed, reservations)
+        if result.waiting[job.job_id].code == "no_capacity":
+            alike.waits(job, result.waiting[job.job_id])
         if stages.blocking == "strict":
             blocker = job.job_id
         elif result.waiting[job.job_id].code == "reserved":
@@ -185,6 +201,36 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         times = [t for recheck in rechecks if (t := recheck(view)) is not None]
         result.recheck_at = min(times, default=None)
     return result
+
+
+class _WaitsAlike:
+    """The waits of one plan by (queue, user, request, GPU range): the view's generation
+    and the best rank that waited so (`Stages.waits_alike`), and the Wait. Off where a
+    wait depends on more of the job: reservations (by its estimate and age)."""
+
+    __slots__ = ("known", "rank", "view")
+
+    def __init__(self, stages: Stages, view: View) -> None:
+        rank_of = stages.waits_alike
+        on = rank_of is not None and stages.blocking != "backfill"
+        self.rank = rank_of(view) if rank_of is not None and on else None
+        self.view = view
+        self.known: dict[tuple[object, ...], tuple[int, float, Wait]] = {}
+
+    def wait(self, job: PendingJob) -> Wait | None:
+        if self.rank is None or job.kind != GUARANTEED:
+            return None
+        earlier = self.known.get((job.queue, job.user, job.request, job.gpu_range))
+        if earlier is None or earlier[0] != self.view.generation or self.view.reserved:
+            return None
+        return earlier[2] if self.rank(job) >= earlier[1] else None
+
+    def waits(self, job: PendingJob, wait: Wait) -> Wait:
+        """`wait`, remembered as how `job` and its twins wait at this generation."""
+        if self.rank is not None and job.kind == GUARANTEED and not self.view.reserved:
+            key = (job.queue, job.user, job.request, job.gpu_range)
+            self.known[key] = (self.view.generation, self.rank(job), wait)
+        return wait
 
 
 def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:

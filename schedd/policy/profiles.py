@@ -7,7 +7,7 @@ operators can also assemble their own profile from these names in schedd.toml.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schedd.policy.admit import quota, user_limit
@@ -29,6 +29,7 @@ from schedd.policy.framework import (
     DecideFn,
     MakeRoomFn,
     OrderFn,
+    RankFn,
     RecheckFn,
     Stages,
 )
@@ -51,6 +52,7 @@ from schedd.policy.order import (
 )
 from schedd.policy.place import best_fit, consolidate, network, topology
 from schedd.policy.settings import Settings
+from schedd.policy.snapshot import PendingJob
 
 ORDERS: dict[str, OrderFn] = {
     "fifo": fifo.order,
@@ -111,6 +113,15 @@ RECHECKS: dict[str, RecheckFn] = {
     "deadline": deadline_preemption.recheck_at,
     "timeslice": timeslice.recheck_at,
 }
+# For each make-room plugin that finds victims only among jobs ranked below the waiting
+# one, that rank of pending jobs (None: it finds them by no rank, as reclaim); a profile
+# whose every make-room plugin is here answers a waiting job's twins at once
+# (`Stages.waits_alike`).
+MAKE_ROOM_RANKS: dict[str, RankFn | None] = {
+    "reclaim": None,
+    "las": las.pending_level,
+    "gittins": gittins.pending_rank,
+}
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
 
@@ -167,7 +178,21 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
         decide_recheck=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS),
+        waits_alike=_waits_alike(spec.make_room),
     )
+
+
+def _waits_alike(make_room: Sequence[str]) -> RankFn | None:
+    if not all(m in MAKE_ROOM_RANKS for m in make_room):
+        return None
+    ranks = [rank for m in make_room if (rank := MAKE_ROOM_RANKS[m]) is not None]
+    if len(ranks) > 1:
+        return None  # a twin would have to rank no better by each
+    return ranks[0] if ranks else _unranked
+
+
+def _unranked(view: object) -> Callable[[PendingJob], float]:
+    return lambda job: 0.0
 
 
 def settings_from(values: Mapping[str, Any]) -> Settings:

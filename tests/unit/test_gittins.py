@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schedd.policy import framework
+from schedd.policy.actions import Wait
 from schedd.policy.gittins import MAX_POINTS, MIN_SAMPLES, ServiceHistory, table_for
 from schedd.policy.order.gittins import pending_rank, rank
+from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.settings import Settings
+from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 from schedd.sim.service_book import ServiceBook
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
@@ -145,3 +150,27 @@ def test_the_simulator_rebuilds_its_history_only_as_it_grows() -> None:
         assert book.history is first  # not 10% more yet: the same object, its table reused
     book.finished(100.0, lambda: [])
     assert book.history is not first and book.history.finished == MIN_SAMPLES + 4
+
+
+def test_a_waiting_jobs_twins_wait_alike_without_the_stages_asked_again() -> None:
+    """Jobs of one queue, user and request that rank no better than one that found no
+    room wait as it did; the admit stage is asked once, not once per job."""
+    n = node("n", 1)
+    held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
+    waiting = [pending(f"new{i}", 1, at=float(i)) for i in range(4)]
+    snap = snapshot([n], waiting, held, service_history=ALIKE)
+    asked: list[str] = []
+
+    def counting(job: PendingJob, view: View) -> Wait | None:
+        asked.append(job.job_id)
+        return None
+
+    default = dataclasses.replace(stages(BUILTIN["default"], "default"), admit=(counting,))
+    assert default.waits_alike is not None
+    plan = framework.plan(default, snap, 10_000.0)
+    assert asked == ["new0"]
+    assert not plan.actions and set(plan.waiting) == {w.job_id for w in waiting}
+    assert {w.code for w in plan.waiting.values()} == {"no_capacity"}
+    asked.clear()
+    each = framework.plan(dataclasses.replace(default, waits_alike=None), snap, 10_000.0)
+    assert asked == [w.job_id for w in waiting] and each.waiting == plan.waiting

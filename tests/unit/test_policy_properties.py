@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedd import policy
+from schedd.policy import framework
 from schedd.policy.actions import Launch, Plan, Preempt
-from schedd.policy.profiles import BUILTIN
+from schedd.policy.gittins import ServiceHistory
+from schedd.policy.profiles import BUILTIN, ProfileSpec, stages
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
@@ -188,6 +190,71 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: s
         if job.job_id in victims and "reclaims" in _reason(plan, job.job_id):
             g = guarantees.get(job.queue, 0)
             assert after.get(job.queue, 0) >= min(g, before[job.queue])
+
+
+# Profiles that answer a waiting job's twins from its wait (`Stages.waits_alike`), and
+# some whose order is not by the rank their make-room plugin finds victims by.
+TWIN_PROFILES = [(n, s) for n, s in BUILTIN.items() if stages(s, n).waits_alike] + [
+    (f"{o}+{'+'.join(m)}", ProfileSpec(o, "topology", ("quota", "user_limit"), m))
+    for o in ("drf", "capacity", "fifo", "priority")
+    for m in (("gittins",), ("las",), ("reclaim", "gittins"), ("reclaim", "las"))
+]
+HISTORIES = [None, ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)]
+
+
+SERVICE = [0.0, 700.0, 50_000.0, 600_000.0]
+
+
+@st.composite
+def crowded(draw: st.DrawFn) -> Snapshot:
+    """A full cluster and many waiting jobs alike: twins, some ranked above runners."""
+    nodes = [node(f"n{i}", draw(st.integers(1, 4))) for i in range(draw(st.integers(1, 2)))]
+    running = []
+    for n in nodes:
+        gpus = list(range(len(n.gpus)))
+        while gpus:
+            take = gpus[: draw(st.integers(1, len(gpus)))]
+            gpus = gpus[len(take) :]
+            running.append(
+                placed(
+                    f"r{len(running)}",
+                    n,
+                    take,
+                    queue=draw(st.sampled_from(["a", "b"])),
+                    started_at=0.0,
+                    attained_s=draw(st.sampled_from(SERVICE)),
+                )
+            )
+    waiting = [
+        pending(
+            f"p{j}",
+            draw(st.integers(1, 2)),
+            at=float(j),
+            queue=draw(st.sampled_from(["a", "b"])),
+            user=draw(st.sampled_from(["u1", "u2"])),
+            attained_s=draw(st.sampled_from(SERVICE)),
+        )
+        for j in range(draw(st.integers(2, 12)))
+    ]
+    queues = (QueueSpec("a", max=draw(st.none() | st.builds(Resources, gpus=st.integers(2, 6)))),)
+    history = draw(st.sampled_from(HISTORIES))
+    return Snapshot(tuple(nodes), tuple(running), tuple(waiting), queues, service_history=history)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=crowded(), named=st.sampled_from(TWIN_PROFILES))
+def test_twins_answered_from_an_earlier_wait_change_no_plan(
+    snap: Snapshot, named: tuple[str, ProfileSpec]
+) -> None:
+    """A plan that answers a waiting job's twins (same queue, user, request and GPU
+    range, a rank no better) from its wait is the plan that asks every stage."""
+    staged = stages(named[1], named[0])
+    assert staged.waits_alike is not None
+    alike = framework.plan(staged, snap, 10_000.0)
+    asked = framework.plan(dataclasses.replace(staged, waits_alike=None), snap, 10_000.0)
+    assert alike.actions == asked.actions
+    assert alike.waiting == asked.waiting
+    assert alike.recheck_at == asked.recheck_at
 
 
 def _reason(plan: Plan, job_id: str) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from schedd.policy import profile
+import dataclasses
+
+from schedd.policy import build, profile
 from schedd.policy.actions import Reserve
+from schedd.policy.gittins import ServiceHistory
+from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
@@ -281,3 +285,35 @@ def test_a_victim_on_a_node_that_is_away_is_no_crash() -> None:
     snap = snapshot([here], [pending("new", 1)], held)
     plan = profile("tiresias").plan(snap, 10_000.0)
     assert preempted(plan) == {"old-here"}
+
+
+# ---- twins: a waiting job's wait answers those alike ---------------------------------
+
+
+def test_a_twin_is_asked_again_once_the_plan_changed_the_view() -> None:
+    """j1 finds no room; j2 then starts and takes queue a to its max, so j3 (j1's twin)
+    waits for the max, not for room as j1 did."""
+    n = node("n", 3)
+    queues = (QueueSpec("a", max=Resources(gpus=2)),)
+    waiting = [pending("j1", 2, queue="a"), pending("j2", 1, at=1.0, queue="a")]
+    waiting.append(pending("j3", 2, at=2.0, queue="a"))
+    snap = snapshot([n], waiting, [placed("r", n, [0, 1], queue="b")], queues=queues)
+    plan = run("drf", snap)
+    assert set(launches(plan)) == {"j2"}
+    assert plan.waiting["j1"].code == "no_capacity"
+    assert plan.waiting["j3"].code == "queue_max"
+
+
+def test_a_twin_of_a_better_rank_is_asked_again() -> None:
+    """In submission order, a job that attained much service finds no job ranked below
+    it to preempt; its twin that has attained none, later, does."""
+    n = node("n", 1)
+    history = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)  # heavy-tailed
+    held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
+    waiting = [pending("long", 1, attained_s=600_000.0), pending("fresh", 1, at=1.0)]
+    snap = snapshot([n], waiting, held, service_history=history)
+    spec = dataclasses.replace(BUILTIN["drf"], make_room=("gittins",))
+    plan = build("drf-gittins", spec).plan(snap, 10_000.0)
+    assert plan.waiting["long"].code == "no_capacity"
+    assert preempted(plan) == {"runner"}
+    assert plan.waiting["fresh"].code == "preempting"

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 
 from schedd.policy.gittins import GittinsTable, table_for
-from schedd.policy.order.las import level
+from schedd.policy.order.las import level, pending_level
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -52,8 +52,7 @@ def pending_rank(view: View) -> Callable[[PendingJob], float]:
     job in every cycle (a pending job's service is what earlier attempts attained)."""
     learned = table(view)
     if learned is None:
-        thresholds = view.settings.las_thresholds_gpu_s
-        return lambda j: float(bisect.bisect_right(thresholds, j.attained_s))
+        return pending_level(view)
     points, indices = learned.points, learned.indices
     return lambda j: -indices[bisect.bisect_right(points, j.attained_s) - 1]
 

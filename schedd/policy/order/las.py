@@ -8,7 +8,7 @@ a queue and run in submission order instead of thrashing); a lower queue index r
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -16,6 +16,13 @@ from schedd.policy.view import View
 
 def level(job: PendingJob | PlacedJob, view: View) -> int:
     return bisect.bisect_right(view.settings.las_thresholds_gpu_s, view.attained(job))
+
+
+def pending_level(view: View) -> Callable[[PendingJob], float]:
+    """`level` for pending jobs, with the thresholds looked up once (a pending job's
+    service is what its earlier attempts attained)."""
+    thresholds = view.settings.las_thresholds_gpu_s
+    return lambda j: float(bisect.bisect_right(thresholds, j.attained_s))
 
 
 def placed_levels(view: View) -> list[tuple[PlacedJob, float, int]]:
