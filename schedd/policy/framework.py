@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
+from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.place import share
 from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
@@ -48,7 +49,8 @@ OrderFn = Callable[[Sequence[PendingJob], View], Iterator[PendingJob]]
 AdmitFn = Callable[[PendingJob, View], Wait | None]
 MakeRoomFn = Callable[[PendingJob, View, PlaceFn], Eviction | None]
 RecheckFn = Callable[[View], float | None]
-# A make-room plugin's rank of pending jobs, for the plan (see `Stages.waits_alike`).
+# A make-room plugin's rank of pending jobs by their attained service, for the plan (see
+# `Stages.waits_alike`).
 RankFn = Callable[[View], Callable[[PendingJob], float]]
 DecideFn = Callable[[View], list[Action]]
 AnticipateFn = Callable[[View, Plan], list[Action]]
@@ -116,6 +118,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     reservations = 0
     alike = _WaitsAlike(stages, view)
     for pending in stages.order(snapshot.pending, view):
+        if blocker is None and (known := alike.wait(pending)) is not None:
+            result.waiting[pending.job_id] = known
+            continue
         if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
             _place_opportunistic(pending, view, result)  # it holds nobody back: no FIFO
             continue
@@ -123,10 +128,6 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             result.waiting[pending.job_id] = Wait(
                 "fifo_order", f"queued behind job {blocker} (FIFO)"
             )
-            continue
-        known = alike.wait(pending)
-        if known is not None:
-            result.waiting[pending.job_id] = known
             continue
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
@@ -208,28 +209,49 @@ class _WaitsAlike:
     and the best rank that waited so (`Stages.waits_alike`), and the Wait. Off where a
     wait depends on more of the job: reservations (by its estimate and age)."""
 
-    __slots__ = ("known", "rank", "view")
+    __slots__ = ("known", "last", "last_known", "rank", "view")
 
     def __init__(self, stages: Stages, view: View) -> None:
         rank_of = stages.waits_alike
         on = rank_of is not None and stages.blocking != "backfill"
         self.rank = rank_of(view) if rank_of is not None and on else None
         self.view = view
-        self.known: dict[tuple[object, ...], tuple[int, float, Wait]] = {}
+        # key -> (generation, rank, attained service, wait)
+        self.known: dict[tuple[object, ...], tuple[int, float, float, Wait]] = {}
+        # The last job looked up and what was known for its key: twins come in runs
+        # (the order hands out one group's jobs together), so most need no key at all.
+        self.last: PendingJob | None = None
+        self.last_known: tuple[int, float, float, Wait] | None = None
 
     def wait(self, job: PendingJob) -> Wait | None:
+        """The wait of an earlier twin of `job` that holds for it, if there is one."""
         if self.rank is None or job.kind != GUARANTEED:
             return None
-        earlier = self.known.get((job.queue, job.user, job.request, job.gpu_range))
+        last = self.last
+        if (
+            last is not None
+            and job.request is last.request
+            and job.user == last.user
+            and job.queue == last.queue
+            and job.gpu_range == last.gpu_range
+        ):
+            earlier = self.last_known
+        else:
+            earlier = self.known.get((job.queue, job.user, job.request, job.gpu_range))
+            self.last, self.last_known = job, earlier
         if earlier is None or earlier[0] != self.view.generation or self.view.reserved:
             return None
-        return earlier[2] if self.rank(job) >= earlier[1] else None
+        if job.attained_s == earlier[2] or self.rank(job) >= earlier[1]:
+            return earlier[3]
+        return None
 
     def waits(self, job: PendingJob, wait: Wait) -> Wait:
         """`wait`, remembered as how `job` and its twins wait at this generation."""
         if self.rank is not None and job.kind == GUARANTEED and not self.view.reserved:
             key = (job.queue, job.user, job.request, job.gpu_range)
-            self.known[key] = (self.view.generation, self.rank(job), wait)
+            known = (self.view.generation, self.rank(job), job.attained_s, wait)
+            self.known[key] = known
+            self.last, self.last_known = job, known
         return wait
 
 
@@ -267,11 +289,18 @@ def _awaiting_leavers(view: View) -> Wait:
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 
 
+# Per request, whether no node could ever run it: kept while the nodes are the same.
+_never_fit = Kept[dict[Request, Wait | None]]()
+
+
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
-    key = ("never_fits", job.request)
-    if key not in view.memo:
-        view.memo[key] = never_fits(view, job)
-    return view.memo[key]  # type: ignore[return-value]
+    snapshot = view.snapshot
+    known = _never_fit.get(snapshot.nodes, snapshot.multi_node)
+    if known is None:
+        known = _never_fit.put({}, snapshot.nodes, snapshot.multi_node)
+    if job.request not in known:
+        known[job.request] = never_fits(view, job)
+    return known[job.request]
 
 
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:

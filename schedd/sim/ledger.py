@@ -4,11 +4,14 @@ below guarantee, and the plans' waits and actions. The figures are derived in me
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from operator import attrgetter
 from typing import TypeVar
 
 from schedd.policy.actions import Plan
 from schedd.policy.queues import QueueSpec, lineage
 from schedd.sim.jobs import SimJob
+
+_code = attrgetter("code")
 
 T = TypeVar("T", int, float)
 
@@ -87,8 +90,7 @@ class Ledger:
 
     def planned(self, plan: Plan) -> None:
         """The waits of the last plan at an instant: the reasons jobs stood waiting."""
-        for wait in plan.waiting.values():
-            self.waits[wait.code] += 1
+        self.waits.update(map(_code, plan.waiting.values()))
 
 
 def _close(series: list[tuple[float, T]], now: float, value: T) -> None:

@@ -17,9 +17,12 @@ from schedd.policy.kept import Kept
 from schedd.policy.make_room import las
 from schedd.policy.make_room.victims import (
     Eviction,
+    GpuCount,
     PlaceFn,
     fewest_victims,
+    leaving_jobs,
     placed_by_queue,
+    protected,
     protection_ends,
 )
 from schedd.policy.order.gittins import placed_rank, table
@@ -118,12 +121,47 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
         return None
     rows = _by_rank(view, job.queue, learned)
     # Those ranked below it: (x,) sorts before every row whose rank negated is x.
-    ranked = [row[3] for row in rows[: bisect.bisect_left(rows, (-mine,))]]
-    victims = fewest_victims(job, view, ranked, place) if ranked else None
+    below = bisect.bisect_left(rows, (-mine,))
+    if not below or not _reaches(job, view, rows, below):
+        victims = None  # none, or too few GPUs to free below its rank by count alone
+    else:
+        victims = fewest_victims(job, view, [row[3] for row in rows[:below]], place)
     if victims is None:
         view.memo[memo] = min(mine, failed) if isinstance(failed, float) else mine
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has the higher Gittins index")
+
+
+class _Scan:
+    """How far `_reaches` has released a queue's rows for one request."""
+
+    __slots__ = ("count", "found", "scanned")
+
+    def __init__(self, count: GpuCount) -> None:
+        self.count = count
+        self.scanned = 0  # rows released (protected ones skipped)
+        self.found: int | None = None  # rows released when the GPUs were enough
+
+
+def _reaches(job: PendingJob, view: View, rows: list[Row], below: int) -> bool:
+    """Whether releasing the first `below` rows (protected ones skipped) could give the
+    job enough GPUs by count; where not, `fewest_victims` would find no victims among
+    them. The rows are released once per request and plan, as far as any job asked:
+    counts taken earlier in the plan are at least what they would be now (capacity
+    only shrinks as the plan goes on; a job it stopped since was counted), so "too few"
+    stays true, and "enough" is for `fewest_victims` to confirm."""
+    if leaving_jobs(view):
+        return True  # `fewest_victims` counts them
+    key = ("gittins_reach", job.queue, job.request)
+    scan = view.memo.get(key)
+    if not isinstance(scan, _Scan):
+        scan = view.memo[key] = _Scan(GpuCount(job, view, [], view.free_gpu_count()))
+    while scan.found is None and scan.scanned < below:
+        victim = rows[scan.scanned][3]
+        scan.scanned += 1
+        if not protected(victim, view) and scan.count.release(victim):
+            scan.found = scan.scanned
+    return scan.found is not None and scan.found <= below
 
 
 _best = Kept[dict[str, float]]()

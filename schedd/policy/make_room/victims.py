@@ -120,7 +120,7 @@ def fewest_victims(
     # first k at which GPU counts alone allow a fit is a lower bound, and usually the
     # answer: one placement confirms it; otherwise a binary search above it finds the
     # first fit in a few placements instead of one per victim.
-    lo = _enough_gpus_at(job, view, eligible, leaving, free_total)
+    lo = enough_gpus_at(job, view, eligible, leaving, free_total)
     if lo is None:
         return None
     found = _place_without(job, view, leaving + eligible[:lo], place)
@@ -142,7 +142,7 @@ def fewest_victims(
     return tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
 
 
-def _enough_gpus_at(
+def enough_gpus_at(
     job: PendingJob,
     view: View,
     eligible: list[PlacedJob],
@@ -150,35 +150,47 @@ def _enough_gpus_at(
     free_total: int,
 ) -> int | None:
     """The shortest prefix of `eligible` after whose release there are enough free GPUs
-    for the job, counting GPUs only: on one node for a job that fits on one, in all
-    for a gang spread over nodes."""
-    need = job.request.gpus
-    if needs_spreading(job, view):
-        freed = free_total + sum(j.request.gpus for j in leaving)
-        for k, victim in enumerate(eligible, start=1):
-            freed += victim.request.gpus
-            if freed >= need:
-                return k
-        return None
-    free: dict[str, int] = {}
+    for the job, counting GPUs only (`GpuCount`)."""
+    count = GpuCount(job, view, leaving, free_total)
+    for k, victim in enumerate(eligible, start=1):
+        if count.release(victim):
+            return k
+    return None
 
-    def release(victim: PlacedJob) -> bool:
+
+class GpuCount:
+    """Free GPUs as victims are released one by one, counted, not placed: on each node
+    for a job that fits on one, in all for a gang spread over nodes. Jobs already
+    leaving are released first."""
+
+    __slots__ = ("free", "freed", "need", "spread", "view")
+
+    def __init__(
+        self, job: PendingJob, view: View, leaving: list[PlacedJob], free_total: int
+    ) -> None:
+        self.view = view
+        self.need = job.request.gpus
+        self.spread = needs_spreading(job, view)
+        self.freed = free_total  # in all, for a gang spread over nodes
+        self.free: dict[str, int] = {}  # per node, for a job on one
+        for victim in leaving:
+            self.release(victim)
+
+    def release(self, victim: PlacedJob) -> bool:
+        """Counts the victim's GPUs free; whether the job now has enough."""
+        if self.spread:
+            self.freed += victim.request.gpus
+            return self.freed >= self.need
         enough = False
+        free = self.free
         for shard in victim.shards:
-            cap = view.capacity.get(shard.node_id)
+            cap = self.view.capacity.get(shard.node_id)
             if cap is None:
                 continue  # a node that is away
             count = free.get(shard.node_id, len(cap.free_gpus)) + len(shard.gpu_uuids)
             free[shard.node_id] = count
-            enough |= count >= need
+            enough |= count >= self.need
         return enough
-
-    for victim in leaving:
-        release(victim)
-    for k, victim in enumerate(eligible, start=1):
-        if release(victim):
-            return k
-    return None
 
 
 def _place_without(
