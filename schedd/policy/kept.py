@@ -10,6 +10,7 @@ it would without it. Not thread-safe: plan() runs on one thread.
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ class Kept(Generic[T]):
     def get(self, *inputs: object) -> T | None:
         """The answer kept for exactly these objects, or None."""
         kept = self._inputs
-        if len(kept) == len(inputs) and all(a is b for a, b in zip(kept, inputs, strict=True)):
+        if len(kept) == len(inputs) and all(map(is_, kept, inputs)):
             return self._value
         return None
 
