@@ -17,42 +17,14 @@ import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
 from tests.e2e.test_job_controls import ROOT, reasons, step_of
+from tests.e2e.test_migration import GANDIVA, TRAIN
 
 pytestmark = pytest.mark.e2e
 
-# No minimum run before a resize (the jobs here run for seconds). A restart costs the
-# default 60 s of its GPUs: far less than what the elastic job's hour-long estimate
-# saves by growing, or than the waiting job would otherwise wait for its GPUs.
-GANDIVA = """
-policy = "gandiva"
-[profiles.gandiva.settings]
-min_run_s = 1
-"""
+# GANDIVA: no minimum run before a resize (the jobs here run for seconds). A restart
+# costs the default 60 s of its GPUs: far less than what the elastic job's hour-long
+# estimate saves by growing, or than the waiting job would otherwise wait for its GPUs.
 ELASTIC_S = 3600.0  # the elastic job's estimated run time on all its GPUs
-# test_migration.py's training loop, which also says on how many GPUs it runs: steps
-# until a file exists (and at least a few were done), each a short sleep, its step
-# saved in its checkpoint.
-TRAIN = """
-import json, os, sys, time
-from pathlib import Path
-
-import shim
-
-stop, least = Path(sys.argv[1]), int(sys.argv[2])
-state = {"step": 0}
-resumed = shim.resume_state()
-if resumed is not None:
-    state = json.loads((Path(resumed.path) / "state.json").read_text())
-shim.on_checkpoint(lambda d: (Path(d) / "state.json").write_text(json.dumps(state)))
-gpus = len(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
-print(json.dumps({"started_at": state["step"], "gpus": gpus}), flush=True)
-while state["step"] < least or not stop.exists():
-    with shim.step():
-        time.sleep(0.02)
-        state["step"] += 1
-    time.sleep(0.03)
-print(json.dumps({"finished_at": state["step"]}), flush=True)
-"""
 # Steps take 50 ms at least: a job this many steps in has run for `min_run_s` (1 s).
 RAN_A_WHILE = 40
 WAIT_S = 120  # any one step of the scenario, on a loaded 2-core machine

@@ -29,10 +29,10 @@ policy = "gandiva"
 min_run_s = 1
 """
 LONG_S = 3600.0  # the long jobs' estimated run time: what the waiting job would wait
-# Steps until a file exists (and at least a few were done), each a short sleep: the
-# shim's boundaries come often whatever the machine's load.
+# Steps until a file exists (and at least a few were done), each a short sleep (the
+# shim's boundaries come often whatever the machine's load), saying on how many GPUs.
 TRAIN = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 
 import shim
@@ -43,7 +43,8 @@ resumed = shim.resume_state()
 if resumed is not None:
     state = json.loads((Path(resumed.path) / "state.json").read_text())
 shim.on_checkpoint(lambda d: (Path(d) / "state.json").write_text(json.dumps(state)))
-print(json.dumps({"started_at": state["step"]}), flush=True)
+gpus = len(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
+print(json.dumps({"started_at": state["step"], "gpus": gpus}), flush=True)
 while state["step"] < least or not stop.exists():
     with shim.step():
         time.sleep(0.02)
@@ -143,7 +144,7 @@ def test_a_long_job_moves_so_that_a_wide_job_starts(cluster: Cluster) -> None:
     assert f"moving from node {left} to node {other}: resumes from {job['checkpoint']}" in said
     wait_until(lambda: step_of(cluster, alice, moved) > saved, WAIT_S, "steps after the move")
     log = cluster.curl("GET", f"/v1/jobs/{moved}/logs", alice).text
-    assert f'{{"started_at": {saved}}}' in log, log
+    assert f'{{"started_at": {saved}, "gpus": 1}}' in log, log
 
     # The waiting job started on the node the mover left.
     started = cluster.wait_state(alice, z, "running", "succeeded", timeout=WAIT_S)
