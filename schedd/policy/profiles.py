@@ -35,8 +35,8 @@ from schedd.policy.framework import (
 )
 from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
+from schedd.policy.make_room import gittins_sparing_urgent, reclaim, timeslice
 from schedd.policy.make_room import las as las_preemption
-from schedd.policy.make_room import reclaim, timeslice
 from schedd.policy.make_room.victims import PlaceFn, protection_ends
 from schedd.policy.order import (
     capacity,
@@ -101,6 +101,7 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "reclaim": reclaim.make_room,
     "las": las_preemption.make_room,
     "gittins": gittins_preemption.make_room,
+    "gittins_sparing_urgent": gittins_sparing_urgent.make_room,
     "deadline": deadline_preemption.make_room,
     "timeslice": timeslice.make_room,
 }
@@ -110,6 +111,7 @@ RECHECKS: dict[str, RecheckFn] = {
     "reclaim": protection_ends,
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
+    "gittins_sparing_urgent": gittins_sparing_urgent.recheck_at,
     "deadline": deadline_preemption.recheck_at,
     "timeslice": timeslice.recheck_at,
 }
@@ -121,6 +123,7 @@ MAKE_ROOM_RANKS: dict[str, RankFn | None] = {
     "reclaim": None,
     "las": las.pending_level,
     "gittins": gittins.pending_rank,
+    "gittins_sparing_urgent": gittins.pending_rank,
 }
 BLOCKING: tuple[Blocking, ...] = ("strict", "backfill", "skip")
 ESTIMATES = ("history", "oracle")
@@ -307,5 +310,17 @@ BUILTIN: dict[str, ProfileSpec] = {
         make_room=("deadline",),
         estimates="oracle",
         settings=Settings(min_run_s=1200.0),
+    ),
+    # The default with Chronus's admission: a deadline is guaranteed or refused by the
+    # MILP when the job arrives, and the default's Gittins preemption spares a running
+    # job whose guaranteed deadline is urgent (`deadline_urgent_s` of slack or less);
+    # the order stays the default's. Run times for slack and admission as in `chronus`.
+    "default-deadlines": ProfileSpec(
+        order="fair_gittins",
+        place="topology",
+        admit=("quota", "user_limit"),
+        decide=("deadlines",),
+        make_room=("reclaim", "gittins_sparing_urgent"),
+        estimates="oracle",
     ),
 }

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from schedd.policy.actions import AdmitDeadline, Plan
 from schedd.policy.deadline_admission import DeadlineJob, decide
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.place.consolidate import rounded
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
@@ -126,14 +127,17 @@ def decisions(plan: Plan) -> dict[str, bool]:
     return {a.job_id: a.admitted for a in plan.actions if isinstance(a, AdmitDeadline)}
 
 
-def test_a_new_deadline_is_decided_once_and_the_answer_goes_out_as_an_action() -> None:
+@pytest.mark.parametrize("profile", ["chronus", "default-deadlines"])
+def test_a_new_deadline_is_decided_once_and_the_answer_goes_out_as_an_action(
+    profile: str,
+) -> None:
     n = node("a", 8)
     ok = with_deadline(pending("ok", 4, estimate_s=H), 2 * H)
     late = with_deadline(pending("late", 1, estimate_s=3 * H), 2 * H)
-    plan = run("chronus", snapshot([n], [ok, late]))  # type: ignore[list-item]
+    plan = run(profile, snapshot([n], [ok, late]))  # type: ignore[list-item]
     assert decisions(plan) == {"ok": True, "late": False}
     decided = [with_deadline(ok, 2 * H, True), with_deadline(late, 2 * H, False)]
-    assert decisions(run("chronus", snapshot([n], decided))) == {}  # type: ignore[arg-type]
+    assert decisions(run(profile, snapshot([n], decided))) == {}  # type: ignore[arg-type]
 
 
 def test_urgent_guarantees_go_first_then_shortest_remaining_time() -> None:
@@ -211,6 +215,28 @@ def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
     plan = run("chronus", snapshot([n], [job], running), now=5400.0)  # type: ignore[list-item]
     assert preempted(plan) == set()
     assert plan.waiting["refused"].code == "no_capacity"
+
+
+# ---- the default-deadlines profile ------------------------------------------------
+
+HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)  # newcomers go first
+
+
+@pytest.mark.parametrize(("slack_s", "spared"), [(600.0, True), (10 * H, False)])
+def test_default_deadlines_spares_a_runner_whose_guaranteed_deadline_is_urgent(
+    slack_s: float, spared: bool
+) -> None:
+    """A newcomer's Gittins index is above a long runner's: the default preempts it.
+    With deadlines, a runner whose guaranteed deadline is 10 minutes of slack away is
+    spared; one with hours to spare is not."""
+    n = node("a", 1)
+    now = 10_000.0
+    runner = placed("long", n, [0], started_at=0.0, attained_s=5_000.0, estimate_s=6_000.0)
+    runner = with_deadline(runner, now + 1_000.0 + slack_s, True)  # 1,000 s of work left
+    snap = snapshot([n], [pending("new", 1, estimate_s=60.0)], [runner], service_history=HEAVY_TAIL)  # type: ignore[list-item]
+    assert preempted(run("default", snap, now=now)) == {"long"}
+    plan = run("default-deadlines", snap, now=now)
+    assert preempted(plan) == (set() if spared else {"long"})
 
 
 @pytest.mark.parametrize(("gpus", "block"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 16)])

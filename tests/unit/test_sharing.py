@@ -22,7 +22,17 @@ from tests.unit.policy_harness import (
     snapshot,
 )
 
-PROFILES = ["default", "fifo", "tiresias", "drf", "capacity", "chronus", "liquid", "antman"]
+PROFILES = [
+    "default",
+    "fifo",
+    "tiresias",
+    "drf",
+    "capacity",
+    "chronus",
+    "liquid",
+    "antman",
+    "default-deadlines",
+]
 
 
 def ot(job_id: str, gpus: int = 1, **kw: object) -> object:

@@ -29,11 +29,17 @@ def slack(job: PendingJob | PlacedJob, view: View) -> float:
     return job.deadline - view.now - view.remaining(job)
 
 
+def urgent_slack(job: PendingJob | PlacedJob, view: View) -> float | None:
+    """The slack of a guaranteed job that is urgent (`deadline_urgent_s` or less); None
+    for any other job."""
+    if admitted(job, view) and (left := slack(job, view)) <= view.settings.deadline_urgent_s:
+        return left
+    return None
+
+
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
-    if not admitted(job, view):
-        return None
-    if slack(job, view) > view.settings.deadline_urgent_s:
-        return None  # it can still wait its turn
+    if urgent_slack(job, view) is None:
+        return None  # no guarantee, or it can still wait its turn
     can_wait = view.remaining(job) + view.settings.min_run_s
     memo = ("deadline", job.request, can_wait)
     if memo in view.memo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Callable
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
@@ -30,6 +31,7 @@ from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
 Row = tuple[float, float, str, PlacedJob]  # (rank negated, start negated, id, job)
+SpareFn = Callable[[PlacedJob, View], bool]
 
 
 class _Ranking:
@@ -105,7 +107,10 @@ def _by_rank(view: View, queue: str, learned: GittinsTable) -> list[Row]:
     return rows
 
 
-def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
+def make_room(
+    job: PendingJob, view: View, place: PlaceFn, spare: SpareFn | None = None
+) -> Eviction | None:
+    """`spare` says which running jobs are never victims (`gittins_sparing_urgent`)."""
     learned = table(view)
     if learned is None:
         return las.make_room(job, view, place)
@@ -115,7 +120,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # shrinks as the plan goes on.
     # With GPUs reserved, whether a job may use them depends on its own estimate: then
     # only the same rank is known to fail.
-    memo = ("gittins", job.queue, job.request, mine if view.reserved else None)
+    memo = ("gittins", job.queue, job.request, mine if view.reserved else None, spare)
     failed = view.memo.get(memo)
     if isinstance(failed, float) and mine >= failed:
         return None
@@ -125,7 +130,10 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if not below or not _reaches(job, view, rows, below):
         victims = None  # none, or too few GPUs to free below its rank by count alone
     else:
-        victims = fewest_victims(job, view, [row[3] for row in rows[:below]], place)
+        ranked = [row[3] for row in rows[:below]]
+        if spare is not None:
+            ranked = [v for v in ranked if not spare(v, view)]
+        victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
         view.memo[memo] = min(mine, failed) if isinstance(failed, float) else mine
         return None

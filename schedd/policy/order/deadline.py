@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from schedd.policy.decide.deadlines import admitted
-from schedd.policy.make_room.deadline import slack
+from schedd.policy.make_room.deadline import urgent_slack
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
-    urgent_within = view.settings.deadline_urgent_s
-
     def key(job: PendingJob) -> tuple[int, float, float, str]:
-        if admitted(job, view) and (left := slack(job, view)) <= urgent_within:
+        if (left := urgent_slack(job, view)) is not None:
             return (0, left, job.submitted_at, job.job_id)
         return (1, view.remaining(job), job.submitted_at, job.job_id)
 
