@@ -311,6 +311,17 @@ BUILTIN: dict[str, ProfileSpec] = {
         estimates="oracle",
         settings=Settings(min_run_s=1200.0),
     ),
+    # The default with Gandiva's mechanisms: its order and preemption first; a job that
+    # finds no room and no victims takes turns with a running job of its GPU count;
+    # packing, migration and grow/shrink as in `gandiva`.
+    "default-gandiva": ProfileSpec(
+        order="fair_gittins",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "gittins", "timeslice"),
+        decide=("timeslice", "pack"),
+        anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
+    ),
     # The default with Chronus's admission: a deadline is guaranteed or refused by the
     # MILP when the job arrives, and the default's Gittins preemption spares a running
     # job whose guaranteed deadline is urgent (`deadline_urgent_s` of slack or less);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from schedd.policy.actions import Launch, Plan, Resume, Suspend
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import QueueSpec
 from schedd.policy.snapshot import SUSPENDED, PlacedJob, Request
 from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
@@ -38,6 +39,18 @@ def test_a_job_with_no_free_gpus_takes_turns_with_a_job_of_its_size() -> None:
     plan = run("gandiva", snapshot([n], [pending("new", 3)], running), now=1000.0)
     assert plan.actions == []
     assert plan.waiting["new"].code == "no_capacity"
+
+
+def test_the_default_with_gandivas_mechanisms_takes_turns_where_it_would_not_preempt() -> None:
+    """Run times alike: a job that has run is worth more than a newcomer, so the
+    Gittins index preempts nobody; `default-gandiva` then takes turns, `default` waits."""
+    n = node("n", 1)
+    alike = ServiceHistory.of([10_000.0 + i for i in range(64)])
+    held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
+    snap = snapshot([n], [pending("new", 1)], held, service_history=alike)
+    assert run("default", snap, now=10_000.0).actions == []
+    plan = run("default-gandiva", snap, now=10_000.0)
+    assert kinds(plan) == [("Suspend", "runner"), ("Launch", "new")]
 
 
 def test_other_profiles_never_time_slice() -> None:
