@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedd.policy import build, profile
+from schedd.policy import build, framework, profile
 from schedd.policy.actions import Reserve
 from schedd.policy.gittins import ServiceHistory
-from schedd.policy.profiles import BUILTIN
+from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
+from schedd.policy.settings import Settings
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
 # ---- admit ------------------------------------------------------------------
@@ -317,3 +318,31 @@ def test_a_twin_of_a_better_rank_is_asked_again() -> None:
     assert plan.waiting["long"].code == "no_capacity"
     assert preempted(plan) == {"runner"}
     assert plan.waiting["fresh"].code == "preempting"
+
+
+def test_a_twin_of_a_worse_level_is_no_victim_search_the_stages_would_make() -> None:
+    """A victim search's trial placements leave nodes of equal free GPUs in another
+    order. A's twin B, of a worse 2D-LAS level, must not search where A found none (as
+    the stages now remember), or C would land elsewhere with twins answered than
+    without."""
+    spec = dataclasses.replace(
+        BUILTIN["tiresias"], settings=Settings(las_thresholds_gpu_s=(3_200.0, 10_000.0, 1e5))
+    )
+    n1, n2 = node("n1", 8), node("n2", 8)
+    held = [
+        placed("v1", n1, [0, 1, 2, 3], attained_s=200_000.0),  # level 3
+        placed("h1", n1, [4, 5, 6], cpus=62),  # its CPUs leave no room for A
+        placed("v2", n2, [0, 1, 2, 3], attained_s=20_000.0),  # level 2
+        placed("h2", n2, [4, 5, 6], cpus=62),
+    ]
+    waiting = [
+        pending("A", 4, cpus=8, at=1.0, attained_s=5_000.0),  # level 1
+        pending("B", 4, cpus=8, at=2.0, attained_s=50_000.0),  # level 2: A's twin
+        pending("C", 1, at=3.0, attained_s=500_000.0),
+    ]
+    snap = snapshot([n1, n2], waiting, held)
+    staged = stages(spec, "tiresias")
+    alike = framework.plan(staged, snap, 10_000.0)
+    asked = framework.plan(dataclasses.replace(staged, waits_alike=None), snap, 10_000.0)
+    assert set(launches(alike)) == {"C"}
+    assert alike.actions == asked.actions and alike.waiting == asked.waiting

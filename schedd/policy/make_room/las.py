@@ -29,13 +29,18 @@ def _by_level(view: View) -> dict[str, list[tuple[int, PlacedJob]]]:
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     mine = level(job, view)
-    memo = ("las", job.queue, mine, job.request)
-    if memo in view.memo:
-        return None  # found no victims earlier in this cycle; there are fewer now
+    # A job that found no victims leaves none for a job of the same request and a
+    # level no better (its candidates are fewer), for the rest of the cycle: capacity
+    # only shrinks as the plan goes on. With GPUs reserved, whether a job may use them
+    # depends on its own estimate: then only the same level is known to fail.
+    memo = ("las", job.queue, job.request, mine if view.reserved else None)
+    failed = view.memo.get(memo)
+    if isinstance(failed, int) and mine >= failed:
+        return None
     ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
-        view.memo[memo] = None
+        view.memo[memo] = min(mine, failed) if isinstance(failed, int) else mine
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has attained less service")
 
