@@ -71,6 +71,11 @@ def time_sliced(row: asyncpg.Record) -> bool:
     return bool(controls["suspended"] and controls.get("time_sliced"))
 
 
+def moving(row: asyncpg.Record) -> bool:
+    """Saving a checkpoint to migrate or to restart on another GPU count (a resize)."""
+    return row["migrate_to"] is not None or row["resize_to"] is not None
+
+
 def packed_beside(row: asyncpg.Record) -> str | None:
     """The job a time-sliced job runs beside, packed (Gandiva): it resumed without its
     partner being suspended, and the two run at once on the partner's GPUs; None: not
@@ -170,7 +175,7 @@ async def suspend(
     await _running(pool, row, "suspend")
     if controls_of(row)["suspended"] and (time_slice or time_sliced(row)):
         raise ControlRefused(f"job {row['id']} is suspended already{_sliced_words(row)}")
-    if time_slice and (row["migrate_to"] is not None or row["resize_to"] is not None):
+    if time_slice and moving(row):
         # It is saving a checkpoint to leave its GPUs (a plan sees it migrating).
         raise ControlRefused(f"job {row['id']} is {_moving_words(row)}")
     partner = packed_beside(row)
@@ -320,11 +325,10 @@ async def checkpoint(
     source = row["node_id"]
     if migrate_to == source:
         raise ControlRefused(f"job {row['id']} already runs on node {migrate_to}")
-    if row["migrate_to"] is not None or row["resize_to"] is not None:
+    if moving(row):
         raise ControlRefused(f"job {row['id']} is {_moving_words(row)} already")
     words = f"migration from node {source} to node {migrate_to} asked by {by}"
-    move = f"migration to node {migrate_to}"
-    await _ask_move(pool, hub, row, "migrate", words, move, migrate_to, gpu_uuids)
+    await _ask_move(pool, hub, row, words, migrate_to, gpu_uuids)
     log.info(
         "job migrating",
         job_id=row["id"],
@@ -395,7 +399,7 @@ async def resize(
         raise ControlRefused(f"job {row['id']} already has {gpus} GPUs")
     if gpu_uuids is not None and len(gpu_uuids) != gpus:
         raise ControlRefused(f"cannot resize job {row['id']} to {gpus} GPUs on {len(gpu_uuids)}")
-    if row["migrate_to"] is not None or row["resize_to"] is not None:
+    if moving(row):
         raise ControlRefused(f"job {row['id']} is {_moving_words(row)} already")
     if controls_of(row)["suspended"] or packed_beside(row) is not None:
         # It saves its checkpoint at a step boundary, which a paused job never reaches;
@@ -403,8 +407,7 @@ async def resize(
         raise ControlRefused(f"cannot resize job {row['id']}: it is suspended or packed")
     where = "" if node_id is None else f" on node {node_id}"
     words = f"resize from {row['gpus']} to {gpus} GPUs{where} asked by {by}"
-    move = f"resize to {gpus} GPUs"
-    await _ask_move(pool, hub, row, "resize", words, move, node_id, gpu_uuids, resize_to=gpus)
+    await _ask_move(pool, hub, row, words, node_id, gpu_uuids, resize_to=gpus)
     log.info(
         "job resizing",
         job_id=row["id"],
@@ -422,9 +425,7 @@ async def _ask_move(
     pool: asyncpg.Pool,
     hub: Hub,
     row: asyncpg.Record,
-    verb: str,
     words: str,
-    move: str,
     node_id: str | None,
     gpu_uuids: list[str] | None,
     resize_to: int | None = None,
@@ -432,8 +433,11 @@ async def _ask_move(
     """Record the move (`jobs.ask_move`, its event saying `words`), then ask the job's
     checkpoint: committed first, so that the checkpointed exit, however soon it comes,
     finds where and on how many GPUs the job restarts; a send that fails calls the
-    move (`move`, in words) off again."""
+    move off again."""
     _connected(hub, row)
+    resizing = resize_to is not None
+    verb = "resize" if resizing else "migrate"
+    move = f"resize to {resize_to} GPUs" if resizing else f"migration to node {node_id}"
     job_id, attempt, source = row["id"], row["attempt"], row["node_id"]
     if not await jobs.ask_move(pool, job_id, attempt, words, node_id, gpu_uuids, resize_to):
         raise ControlRefused(f"cannot {verb} job {job_id}: it changed meanwhile")
@@ -522,7 +526,7 @@ async def _checkpoint_failed(
     await jobs.call_off_move(
         pool, row["id"], row["attempt"], words, checkpointable=able, set_checkpointable=True
     )
-    if row["migrate_to"] is not None or row["resize_to"] is not None:
+    if moving(row):
         log.info(
             "migration called off" if row["resize_to"] is None else "resize called off",
             job_id=row["id"],

@@ -630,23 +630,15 @@ def _placed(
     running_s = max(until - started - row["paused_s"], 0.0) if started is not None else 0.0
     running = row["state"] == JobState.RUNNING
     controls = job_controls.controls_of(row)
-    # Suspended for time-slicing (`job_controls.time_sliced`): its GPUs are another job's
-    # until its turn. A job that a user suspended keeps them (its memory is still there;
-    # it may resume at any time).
-    sliced = running and bool(controls["suspended"] and controls.get("time_sliced"))
-    # Packed (`job_controls.packed_beside`): it runs beside the job that holds its GPUs
-    # (Gandiva's packing).
-    packed = running and not controls["suspended"] and bool(controls.get("packed"))
+    # Suspended for time-slicing: its GPUs are another job's until its turn (a job that
+    # a user suspended keeps them). Packed: it runs beside the job that holds its GPUs.
+    sliced = running and job_controls.time_sliced(row)
+    packed = running and job_controls.packed_beside(row) is not None
     # Migrating: it saves a checkpoint to move, or to restart on another GPU count (a
     # resize), and holds the GPUs a plan chose for it there beside its own until it runs
     # there (a user's migration or resize names no GPUs). Its checkpointed exit requeues
     # it, pinned to that node for a plan's (job_controls).
-    moving = (
-        not sliced
-        and not packed
-        and running
-        and (row["migrate_to"] is not None or row["resize_to"] is not None)
-    )
+    moving = not sliced and not packed and running and job_controls.moving(row)
     target = tuple(row["migrate_gpu_uuids"] or ()) if moving else ()
     state = SUSPENDED if sliced else PACKED if packed else MIGRATING if moving else row["state"]
     measured = row["util_alone"]

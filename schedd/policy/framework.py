@@ -180,9 +180,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if converted:  # no room as guaranteed: it waits, or shares, as what it is now
             _place_opportunistic(pending, view, result)
             continue
-        result.waiting[job.job_id] = _blocked(stages, job, view, placed, reservations)
-        if result.waiting[job.job_id].code == "no_capacity":
-            alike.waits(job, result.waiting[job.job_id])
+        wait = _blocked(stages, job, view, placed, reservations)
+        result.waiting[job.job_id] = alike.waits(job, wait) if wait.code == "no_capacity" else wait
         if stages.blocking == "strict":
             blocker = job.job_id
         elif result.waiting[job.job_id].code == "reserved":
@@ -213,8 +212,7 @@ class _WaitsAlike:
 
     def __init__(self, stages: Stages, view: View) -> None:
         rank_of = stages.waits_alike
-        on = rank_of is not None and stages.blocking != "backfill"
-        self.rank = rank_of(view) if rank_of is not None and on else None
+        self.rank = rank_of(view) if rank_of is not None and stages.blocking != "backfill" else None
         self.view = view
         # key -> (generation, rank, attained service, wait)
         self.known: dict[tuple[object, ...], tuple[int, float, float, Wait]] = {}
@@ -325,7 +323,7 @@ def _place_smaller(
     least, _ = job.gpu_range
     r = job.request
     for gpus in range(r.gpus - 1, max(least, 1) - 1, -1):
-        request = interned(Request(gpus, r.cpus, r.memory_mib, r.gpu_memory_mib, r.node_id))
+        request = interned(dataclasses.replace(r, gpus=gpus))
         smaller = dataclasses.replace(job, request=request)
         placed = _place(stages, smaller, view)
         if isinstance(placed, Placement):

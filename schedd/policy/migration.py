@@ -6,6 +6,7 @@ move pays for itself. Shared by the plugins that decide moves and restarts
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 
 from schedd.policy.actions import Migrate
@@ -15,9 +16,7 @@ from schedd.policy.snapshot import (
     MIGRATING,
     PendingJob,
     PlacedJob,
-    Request,
     Shard,
-    holds_gpus,
 )
 from schedd.policy.timeslice import group_sizes, since
 from schedd.policy.view import View
@@ -35,7 +34,6 @@ def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
         job.state == "running"
         and job.checkpointable
         and job.kind == GUARANTEED
-        and holds_gpus(job)
         and job.request.gpus > 0
         and not view.decided(job.job_id)
         and view.now - since(job) >= view.settings.min_run_s
@@ -71,8 +69,8 @@ def target(
 ) -> tuple[Shard, ...] | None:
     """The job's GPUs on one node outside `avoid`, best fit (the node left fullest),
     with its CPUs and memory; GPUs in `taken` are spoken for."""
-    request = Request(job.request.gpus, job.request.cpus, job.request.memory_mib,
-                      job.request.gpu_memory_mib)  # fmt: skip
+    # Not pinned to the node a migration brought it to: it may move on from there.
+    request = dataclasses.replace(job.request, node_id=None)
     need = request.gpus
     best: tuple[int, str, tuple[Shard, ...]] | None = None
     for bucket in view.by_free[need:]:
@@ -113,10 +111,8 @@ def leaving_gpus(view: View, node_id: str) -> int:
     for job in placed_on(view).get(node_id, []):
         if job.state == MIGRATING:
             staying = {u for s in job.moving_to for u in s.gpu_uuids}
-            freed += sum(
-                1 for s in job.shards if s.node_id == node_id for u in s.gpu_uuids
-                if u not in staying
-            )  # fmt: skip
+            here = (u for s in job.shards if s.node_id == node_id for u in s.gpu_uuids)
+            freed += sum(u not in staying for u in here)
     return freed
 
 

@@ -41,8 +41,8 @@ class _Part:
     gpu_uuids: tuple[str, ...]
     request: Request  # the shard's share of the job's CPUs and memory
     job_gpus: int  # the whole job's GPU count, for affinity by size
-    owns_gpus: bool  # false for an opportunistic or suspended job: its GPUs stay free
-    shares_gpus: bool  # an opportunistic job: it takes each GPU's one sharing place
+    owns_gpus: bool  # false for an opportunistic, suspended or packed job
+    shares_gpus: bool  # opportunistic or packed: it takes each GPU's one sharing place
 
 
 @dataclass(slots=True)
@@ -57,7 +57,8 @@ class PlacedTotals:
     # copies a node's entry before its plan changes it (`View.writable`).
     free: dict[str, FreeCapacity] = field(default_factory=dict)
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> job GPUs -> jobs
-    # node -> GPUs an opportunistic job holds (shared like `free`, never changed in place)
+    # node -> GPUs an opportunistic or packed job shares (shared like `free`, never changed
+    # in place)
     shared: dict[str, frozenset[str]] = field(default_factory=dict)
     by_user: dict[UserKey, dict[int, Request]] = field(default_factory=dict)  # stoppable only
     held: dict[UserKey, Resources] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schedd.policy.snapshot import Gpu, Node, PendingJob, Request, Shard
+from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Shard
 from schedd.policy.view import View
 
 
@@ -51,7 +51,7 @@ def node_can_ever_fit(node: Node, request: Request) -> str | None:
     return None
 
 
-def needs_spreading(job: PendingJob, view: View) -> bool:
+def needs_spreading(job: PendingJob | PlacedJob, view: View) -> bool:
     return view.snapshot.multi_node and job.request.gpus > len(view.by_free) - 1
 
 
@@ -67,16 +67,21 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
             holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
             return f"with free GPUs reserved for job {holder}"
         return "with too few free GPUs"
-    if not has_room(cap.cpus, cap.memory_mib, Request(0, request.cpus, 0)):
+    if not enough_cpus(cap.cpus, request.cpus):
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
     return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
 
 
+def enough_cpus(free: float, asked: float) -> bool:
+    """Whether `free` CPUs take `asked`, give or take a sum's rounding error."""
+    return free + 1e-9 >= asked
+
+
 def has_room(cpus: float, memory_mib: int, request: Request) -> bool:
     """Whether `cpus` and `memory_mib` left on a node take the request's."""
-    return cpus + 1e-9 >= request.cpus and memory_mib >= request.memory_mib
+    return enough_cpus(cpus, request.cpus) and memory_mib >= request.memory_mib
 
 
 def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int]]:

@@ -75,8 +75,8 @@ class Settings:
     timeslice_max: int = 2
     # Migration (Gandiva): what a move costs the job, in seconds of its GPUs (a checkpoint
     # saved, copied and restored); a move is made only when it buys more. Up to
-    # `migrate_jobs` waiting jobs a cycle get room made by moving others (and as many
-    # spread jobs move together). A job spread over nodes is assumed to run at
+    # `migrate_jobs` moves a cycle by each migration and grow/shrink plugin (defragment
+    # counts the waiting jobs it makes room for). A job spread over nodes is assumed to run at
     # `spread_speed` of its speed on one node: what moving it onto one buys.
     migrate_cost_s: float = 60.0
     migrate_jobs: int = 4

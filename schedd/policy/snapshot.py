@@ -277,8 +277,9 @@ def held_parts(job: PlacedJob) -> list[tuple[Shard, Request]]:
 
 
 def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
-    """Each connected node's capacity less what placed jobs hold on it (an opportunistic
-    or suspended job its CPUs and memory, not its GPUs)."""
+    """Each connected node's capacity less what placed jobs hold on it (an opportunistic,
+    suspended or packed job its CPUs and memory, not its GPUs; a moving job its
+    target's GPUs too)."""
     used_gpus: set[str] = set()
     used_cpus: dict[str, float] = {}
     used_mem: dict[str, int] = {}

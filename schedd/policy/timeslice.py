@@ -100,6 +100,11 @@ def packed_jobs(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
+def free_uuids(job: PlacedJob, view: View) -> set[str]:
+    """The GPUs free in the view on the nodes the job is on."""
+    return {g.uuid for s in job.shards for g in view.capacity[s.node_id].free_gpus}
+
+
 def may_take_turns(job: PlacedJob) -> bool:
     """A running guaranteed job on one node: the kind that can be paused for another."""
     return (

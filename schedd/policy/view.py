@@ -61,7 +61,8 @@ class View:
     # `writable` copies a node's.
     gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)  # nodes whose capacity entry is a copy
-    # node -> GPUs an opportunistic job holds (one per GPU); replaced, never changed in place.
+    # node -> GPUs an opportunistic or packed job shares (one per GPU); replaced, never
+    # changed in place.
     shared: dict[str, frozenset[str]] = field(default_factory=dict)
     # Answers that stay true for the rest of the cycle, keyed by the plugin that found
     # them: capacity only shrinks as the plan goes on, so a request that did not fit (or

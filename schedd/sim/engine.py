@@ -127,13 +127,13 @@ class Simulation:
         self.nodes = build_nodes(shape)
         self._rack = {n.node_id: n.labels.get("rack", "") for n in self.nodes}
         self._node: dict[str | None, Node] = {n.node_id: n for n in self.nodes}
-        self._requests = {g: Request(g, 0.0, 0) for g in {j.gpus for j in trace.jobs}}
+        self._requests: dict[int, Request] = {}  # `request`
         sharing, elastic = self.options.sharing, self.options.elastic
         self.jobs = [
             SimJob(
                 i,
                 spec,
-                self._requests[spec.gpus],
+                self.request(spec.gpus),
                 spec.duration_s,
                 spec.gpus,
                 utilization_pct=sharing.utilization(i),

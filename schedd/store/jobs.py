@@ -564,7 +564,7 @@ async def set_suspended(
             suspended_at = CASE WHEN $4 THEN coalesce(suspended_at, now()) END,
             {_FOLD_UTIL_ALONE}
         WHERE id = $1 AND attempt = $2 AND state = 'running'
-          AND (coalesce((controls->>'suspended')::boolean, false)
+          AND ({suspended_sql()}
                AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
           AND NOT ($7 AND suspended_at IS NOT NULL)
         """,
@@ -592,6 +592,12 @@ _NOTE_SETTABLE = {
 STEPS_ALONE_KEPT = 20
 
 
+def suspended_sql(t: str | None = None) -> str:
+    """SQL: the job (of the row `t`, or the one updated) is suspended."""
+    controls = "controls" if t is None else f"{t}.controls"
+    return f"coalesce(({controls}->>'suspended')::boolean, false)"
+
+
 def runs_beside(t: str) -> str:
     """SQL: another job runs on one of the GPUs of the row `t` (its process is placed
     there and not suspended: a packed job, its partner, an opportunistic job, one that
@@ -599,7 +605,7 @@ def runs_beside(t: str) -> str:
     return (
         f"EXISTS (SELECT 1 FROM jobs o WHERE o.id <> {t}.id AND o.node_id = {t}.node_id"
         " AND o.state IN ('assigned', 'running', 'preempting', 'cancelling')"
-        " AND NOT coalesce((o.controls->>'suspended')::boolean, false)"
+        f" AND NOT {suspended_sql('o')}"
         f" AND o.gpu_uuids && {t}.gpu_uuids)"
     )
 
@@ -623,7 +629,7 @@ async def record_progress(
                 THEN coalesce(checkpointable, true) ELSE checkpointable END,
             step_alone_s = CASE
                 WHEN $4::float8 IS NULL OR $4::float8 <= 0
-                    OR coalesce((j.controls->>'suspended')::boolean, false)
+                    OR {suspended_sql("j")}
                     OR {runs_beside("j")}
                 THEN j.step_alone_s
                 ELSE (array_append(coalesce(j.step_alone_s, '{{}}'), $4::float8))[
@@ -681,7 +687,7 @@ async def hold_gpus(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str) 
             util_alone_at = NULL
         WHERE id = $1 AND attempt = $2 AND state = 'running'
           AND coalesce((controls->>'packed')::boolean, false)
-          AND NOT coalesce((controls->>'suspended')::boolean, false)
+          AND NOT {suspended_sql()}
         """,
         job_id,
         attempt,

@@ -6,7 +6,7 @@ from typing import Any
 
 import asyncpg
 
-from schedd.store.jobs import CLOSE_UTIL_ALONE, runs_beside
+from schedd.store.jobs import CLOSE_UTIL_ALONE, runs_beside, suspended_sql
 from shared.protocol import GpuSample, Inventory
 
 
@@ -66,14 +66,14 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
             [(s.uuid, s.utilization_pct, s.memory_used_mib) for s in samples],
         )
         await conn.execute(
-            """
+            f"""
             WITH s AS (
                 SELECT j.id, max(s.mem) AS mem, avg(s.util)::float8 AS util
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
                 JOIN jobs j
                   ON j.state = 'running' AND j.node_id = $4 AND s.uuid = ANY(j.gpu_uuids)
                   -- A suspended job's GPUs show what another job does there.
-                  AND NOT coalesce((j.controls->>'suspended')::boolean, false)
+                  AND NOT {suspended_sql("j")}
                 GROUP BY j.id
             )
             UPDATE jobs j SET
@@ -106,7 +106,7 @@ WITH s AS (
     FROM jobs j JOIN s ON s.uuid = ANY(j.gpu_uuids)
     -- (The states of the index of placed jobs, `jobs_placed`, in every subquery.)
     WHERE j.state = 'running' AND j.node_id = $3 AND cardinality(j.gpu_uuids) > 0
-      AND NOT coalesce((j.controls->>'suspended')::boolean, false)
+      AND NOT {suspended_sql("j")}
       AND NOT {runs_beside("j")}
     GROUP BY j.id, j.gpu_uuids
     HAVING count(*) = cardinality(j.gpu_uuids)

@@ -4,7 +4,7 @@ what tests do with them: submit a job, read the placed jobs, call the API, lose 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from schedd.policy.snapshot import PlacedJob
 from schedd.scheduler import Scheduler
 from schedd.store import jobs
 from shared import protocol as p
-from shared.config import SchedConfig
+from shared.config import ProfileConfig, SchedConfig
 from shared.model import JobSpec
 from shared.tasks import Supervisor
 
@@ -52,6 +52,14 @@ async def start_schedd(pool: asyncpg.Pool, **config: object) -> AsyncIterator[Sc
         await hub.close()
         await supervisor.close()
         await server.close()
+
+
+def start_gandiva(
+    pool: asyncpg.Pool, decide: list[str] | None = None, **settings: float
+) -> AbstractAsyncContextManager[Schedd]:
+    """schedd under the `gandiva` profile with these settings (and decide plugins)."""
+    profile = ProfileConfig(decide=decide, settings=settings)
+    return start_schedd(pool, policy="gandiva", profiles={"gandiva": profile})
 
 
 @contextmanager

@@ -18,7 +18,6 @@ from schedd.policy.actions import Launch, Migrate, Plan, Suspend
 from schedd.policy.snapshot import MIGRATING, PlacedJob, Shard, Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
-from shared.config import ProfileConfig
 from tests.integration.fake_agent import (
     CHECKPOINT,
     FakeAgent,
@@ -35,7 +34,7 @@ from tests.integration.inprocess import (
     api_get,
     placed,
     sends_lost,
-    start_schedd,
+    start_gandiva,
     submit,
 )
 
@@ -43,8 +42,7 @@ from tests.integration.inprocess import (
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     # No minimum run before a move: these jobs have run for a moment only.
-    moves = ProfileConfig(settings={"min_run_s": 0.0})
-    async with start_schedd(pool, policy="gandiva", profiles={"gandiva": moves}) as s:
+    async with start_gandiva(pool, min_run_s=0.0) as s:
         yield s
 
 

@@ -16,18 +16,16 @@ import pytest
 from schedd.policy.snapshot import PACKED, SUSPENDED
 from schedd.store import jobs, tokens
 from shared import protocol as p
-from shared.config import ProfileConfig
 from tests.integration.fake_agent import FakeAgent, reasons, started
-from tests.integration.inprocess import Schedd, control, placed, start_schedd, submit
+from tests.integration.inprocess import Schedd, control, placed, start_gandiva, submit
 
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     # Turns far longer than the test: the two jobs never swap, they are packed or not;
     # a pack is judged as soon as its rates are measured.
-    settings = {"timeslice_s": 3600.0, "pack_check_s": 0.0}
-    packs = ProfileConfig(decide=["timeslice", "pack"], settings=settings)
-    async with start_schedd(pool, policy="gandiva", profiles={"gandiva": packs}) as s:
+    packing = ["timeslice", "pack"]
+    async with start_gandiva(pool, packing, timeslice_s=3600.0, pack_check_s=0.0) as s:
         yield s
 
 

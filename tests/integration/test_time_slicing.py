@@ -17,17 +17,15 @@ from schedd.policy.actions import Launch, Plan, Suspend
 from schedd.policy.snapshot import SUSPENDED, Shard, Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
-from shared.config import ProfileConfig
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, control, placed, start_schedd, submit
+from tests.integration.inprocess import Schedd, control, placed, start_gandiva, submit
 
 SLICE_S = 1.0
 
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    turns = ProfileConfig(settings={"timeslice_s": SLICE_S})
-    async with start_schedd(pool, policy="gandiva", profiles={"gandiva": turns}) as s:
+    async with start_gandiva(pool, timeslice_s=SLICE_S) as s:
         yield s
 
 

@@ -143,6 +143,8 @@ def test_a_time_sliced_pair_is_parted_when_gpus_come_free() -> None:
 
 def test_no_second_move_while_one_under_way_frees_the_node() -> None:
     nodes, running = fragmented()
+    nodes[1] = node("b", 5)  # a GPU free on b for a second move, were one made
+    running[3] = dataclasses.replace(running[3], shards=(Shard("b", ("b-g0", "b-g1", "b-g2")),))
     moving = dataclasses.replace(
         running[0], state=MIGRATING, moving_to=(Shard("b", ("b-g3",)),), state_since=1000.0
     )

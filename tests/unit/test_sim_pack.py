@@ -470,9 +470,7 @@ def test_gandiva_with_packing_replays_a_trace(slowdown: float) -> None:
 # ---- the command line ----------------------------------------------------------------
 
 
-def test_the_option_reaches_the_json_and_a_bad_one_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_option_reaches_the_json(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("job_id,submit_time,duration,num_gpu\na,0,60,1\n")
     out = tmp_path / "out.json"
@@ -481,7 +479,3 @@ def test_the_option_reaches_the_json_and_a_bad_one_is_refused(
     data = json.loads(out.read_text())
     assert data["options"]["pack_slowdown"] == 0.25
     assert data["runs"][0]["packs"] == 0
-    with pytest.raises(SystemExit) as exit_info:
-        main([*base, "--pack-slowdown", "1"])
-    assert exit_info.value.code == 2
-    assert "--pack-slowdown: expected 0 <= x < 1, got '1'" in capsys.readouterr().err

@@ -101,10 +101,12 @@ def test_a_newcomer_never_cuts_a_turn_short() -> None:
 
 def test_a_job_that_needs_large_gpus_never_takes_turns_on_small_ones() -> None:
     small = node("small", 1, gpu_memory_mib=16_384)
-    running = [placed("r", small, [0])]
+    large = node("large", 2)  # it could run there one day: it is not refused outright
+    running = [placed("r", small, [0]), placed("l", large, [0, 1])]
     big = dataclasses.replace(pending("big"), request=Request(1, 1, 1024, 40_000))
-    plan = run("gandiva", snapshot([small], [big], running), now=1000.0)
+    plan = run("gandiva", snapshot([small, large], [big], running), now=1000.0)
     assert plan.actions == []
+    assert plan.waiting["big"].code == "no_capacity"
 
 
 def test_turns_rotate_when_the_running_jobs_turn_is_over() -> None:

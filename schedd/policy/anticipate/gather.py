@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
+from schedd.policy.placement import needs_spreading
 from schedd.policy.view import View
 
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
     if not view.snapshot.multi_node:
         return []
-    largest = len(view.by_free) - 1
     spread = migration.most_work_left(
-        view, lambda j: len(j.shards) > 1 and j.request.gpus <= largest
+        view, lambda j: len(j.shards) > 1 and not needs_spreading(j, view)
     )
     settings = view.settings
     actions: list[Action] = []

@@ -23,6 +23,7 @@ from __future__ import annotations
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.snapshot import PlacedJob
 from schedd.policy.timeslice import (
+    free_uuids,
     holders,
     may_take_turns,
     packed_jobs,
@@ -44,10 +45,9 @@ def decide(view: View) -> list[Action]:
     check = view.settings.pack_check_s
     actions: list[Action] = []
     for job in packed:
-        partner = _partner(job, holder, view)
+        partner = _partner(job, holder)
         if partner is None:
-            free = {g.uuid for s in job.shards for g in view.capacity[s.node_id].free_gpus}
-            if free.issuperset(job.gpu_uuids):
+            if free_uuids(job, view).issuperset(job.gpu_uuids):
                 view.resume(job)
                 actions.append(Resume(job.job_id, "its packed partner left: its GPUs are its own"))
             continue
@@ -63,7 +63,7 @@ def decide(view: View) -> list[Action]:
                 )
             )
     for job in waiting:
-        partner = _partner(job, holder, view)
+        partner = _partner(job, holder)
         if partner is None or not _packable(job, partner, view):
             continue
         view.mark(job.job_id)  # one pack each, this cycle
@@ -81,7 +81,7 @@ def decide(view: View) -> list[Action]:
     return actions
 
 
-def _partner(job: PlacedJob, holder: dict[str, PlacedJob], view: View) -> PlacedJob | None:
+def _partner(job: PlacedJob, holder: dict[str, PlacedJob]) -> PlacedJob | None:
     """The one job that holds the job's very GPUs, if it is running and may share."""
     partner = sole_holder(job, holder)
     return partner if partner is not None and may_take_turns(partner) else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.snapshot import PlacedJob
 from schedd.policy.timeslice import (
+    free_uuids,
     holders,
     may_take_turns,
     packed_sets,
@@ -32,7 +33,7 @@ def decide(view: View) -> list[Action]:
     holder = holders(view)
     actions: list[Action] = []
     for job in waiting:
-        free = {g.uuid for s in job.shards for g in view.capacity[s.node_id].free_gpus}
+        free = free_uuids(job, view)
         busy = [u for u in job.gpu_uuids if u not in free]
         if any(u not in holder for u in busy):
             continue  # not free, and no job the snapshot shows holds it: leave it be

@@ -21,10 +21,12 @@ from schedd.policy.make_room.victims import (
     GpuCount,
     PlaceFn,
     fewest_victims,
+    known_to_fail,
     leaving_jobs,
     placed_by_queue,
     protected,
     protection_ends,
+    remember_failure,
 )
 from schedd.policy.order.gittins import placed_rank, table
 from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
@@ -121,8 +123,7 @@ def make_room(
     # With GPUs reserved, whether a job may use them depends on its own estimate: then
     # only the same rank is known to fail.
     memo = ("gittins", job.queue, job.request, mine if view.reserved else None, spare)
-    failed = view.memo.get(memo)
-    if isinstance(failed, float) and mine >= failed:
+    if known_to_fail(view, memo, mine):
         return None
     rows = _by_rank(view, job.queue, learned)
     # Those ranked below it: (x,) sorts before every row whose rank negated is x.
@@ -135,7 +136,7 @@ def make_room(
             ranked = [v for v in ranked if not spare(v, view)]
         victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
-        view.memo[memo] = min(mine, failed) if isinstance(failed, float) else mine
+        remember_failure(view, memo, mine)
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has the higher Gittins index")
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schedd.policy.make_room.victims import Eviction, PlaceFn, fewest_victims, protection_ends
+from schedd.policy.make_room.victims import (
+    Eviction,
+    PlaceFn,
+    fewest_victims,
+    known_to_fail,
+    protection_ends,
+    remember_failure,
+)
 from schedd.policy.order.las import level, placed_levels
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -34,13 +41,12 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # only shrinks as the plan goes on. With GPUs reserved, whether a job may use them
     # depends on its own estimate: then only the same level is known to fail.
     memo = ("las", job.queue, job.request, mine if view.reserved else None)
-    failed = view.memo.get(memo)
-    if isinstance(failed, int) and mine >= failed:
+    if known_to_fail(view, memo, mine):
         return None
     ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
-        view.memo[memo] = min(mine, failed) if isinstance(failed, int) else mine
+        remember_failure(view, memo, mine)
         return None
     return Eviction(victims, f"preempted: job {job.job_id} has attained less service")
 

@@ -103,6 +103,20 @@ def protection_ends(view: View) -> float | None:
     return ends[i] if i < len(ends) else None
 
 
+def known_to_fail(view: View, key: tuple[object, ...], rank: float) -> bool:
+    """Whether a job of this `rank` (lower runs first) finds no victims: one ranked no
+    worse found none under `key` earlier in the cycle, and a worse rank has fewer
+    candidates (capacity only shrinks as the plan goes on)."""
+    failed = view.memo.get(key)
+    return isinstance(failed, int | float) and rank >= failed
+
+
+def remember_failure(view: View, key: tuple[object, ...], rank: float) -> None:
+    """A job of this `rank` found no victims under `key` (`known_to_fail`)."""
+    failed = view.memo.get(key)
+    view.memo[key] = min(rank, failed) if isinstance(failed, int | float) else rank
+
+
 def fewest_victims(
     job: PendingJob, view: View, ranked: Sequence[PlacedJob], place: PlaceFn
 ) -> tuple[PlacedJob, ...] | None:
