@@ -55,6 +55,20 @@ def test_two_little_used_jobs_taking_turns_run_at_once() -> None:
     assert acts(run("default", snap, now=1000.0)) == []
 
 
+def test_a_new_pack_keeps_the_sooner_check_of_an_earlier_one() -> None:
+    m = node("m", 1)
+    earlier = [
+        dataclasses.replace(
+            placed_job(i, m, [0], estimate_s=50_000.0), state=st, state_since=1100.0
+        )
+        for i, st in (("b", "running"), ("q", PACKED))
+    ]
+    snap = snapshot([N, m], [], [job("a", util=40), job("s", SUSPENDED, util=30), *earlier])
+    plan = gandiva(snap, now=1200.0)
+    assert acts(plan) == [("Resume", "s", "a")]
+    assert plan.recheck_at == 1100.0 + 300.0  # q's pack is judged first, not lost
+
+
 def test_a_pack_whose_progress_is_worse_than_turns_is_undone_and_not_made_again() -> None:
     hurt = [job("a", progress_ratio=0.5), job("p", PACKED, progress_ratio=0.4)]
     plan = gandiva(snapshot([N], [], hurt), now=1500.0)

@@ -101,14 +101,14 @@ def _packable(job: PlacedJob, partner: PlacedJob, view: View) -> bool:
 
 
 def recheck_at(view: View) -> float | None:
-    """`pack_check_s` after the pack this plan made, if it made one; else after each
-    earlier pack still to be judged."""
+    """The soonest of: `pack_check_s` after the pack this plan made, if it made one, and
+    after each earlier pack still to be judged."""
     check = view.settings.pack_check_s
-    if view.memo.get(_PACKED_NOW):
-        return view.now + check
     times = [
         j.state_since + check
         for j in packed_jobs(view)
         if j.state_since is not None and j.state_since + check > view.now
     ]
+    if view.memo.get(_PACKED_NOW):
+        times.append(view.now + check)
     return min(times, default=None)
