@@ -21,7 +21,7 @@ def _releases(view: View) -> dict[str, list[tuple[float, int]]]:
     back, soonest first."""
     out: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for job in view.snapshot.placed:
-        if not holds_gpus(job):
+        if not holds_gpus(job) or job.job_id in view.paused:
             continue  # its GPUs are free for the gang already
         if job.job_id in view.stopping:
             end = view.now

@@ -57,6 +57,9 @@ class View:
     # Jobs this plan paused, resumed, packed or moved: they keep (or take) GPUs, so
     # they are no victims nor leavers, but take no other decision this cycle.
     touched: set[str] = field(default_factory=set)
+    # Jobs this plan paused (also touched): their GPUs are free in the view already, so
+    # nothing counts them again as freeing when the job would end.
+    paused: set[str] = field(default_factory=set)
     # node -> job size -> jobs; the inner dicts are shared with the kept totals until
     # `writable` copies a node's.
     gpu_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -231,6 +234,7 @@ class View:
         plan at once, it keeps its CPUs and memory, and its queue no longer holds them."""
         self.generation += 1
         self.touched.add(job.job_id)
+        self.paused.add(job.job_id)
         for shard in job.shards:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]

@@ -9,8 +9,10 @@ from schedd.policy.actions import Reserve
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.queues import QueueSpec
+from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
+from schedd.policy.view import View
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
 # ---- admit ------------------------------------------------------------------
@@ -253,6 +255,17 @@ def test_a_reservation_waits_until_the_job_has_waited_reserve_after_s() -> None:
     assert "long" in launches(young) and young.waiting["gang"].code == "no_capacity"
     old = run("backfill", snap, now=601.0, reserve_after_s=600.0)
     assert not launches(old) and old.waiting["gang"].code == "reserved"
+
+
+def test_a_job_paused_by_the_plan_frees_its_gpus_once_for_a_reservation() -> None:
+    """Its GPUs are free in the plan already: not counted again at its expected end."""
+    n = node("n", 2)
+    paused = placed("paused", n, [0], started_at=0.0, estimate_s=100.0)
+    busy = placed("busy", n, [1], started_at=0.0, estimate_s=500.0)
+    view = View.build(snapshot([n], [pending("pair", 2)], [paused, busy]), 50.0, Settings())
+    view.suspend(paused)
+    held = reservation_for(pending("pair", 2), view)
+    assert held is not None and held.expected_start == 500.0  # busy's end, not paused's
 
 
 def test_only_jobs_of_reserve_min_gpus_hold_reservations() -> None:

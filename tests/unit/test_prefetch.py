@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from schedd.policy import profile
-from schedd.policy.actions import Plan, Prefetch
+from schedd.policy.actions import Plan, Prefetch, Wait
+from schedd.policy.anticipate import prefetch
+from schedd.policy.settings import Settings
 from schedd.policy.snapshot import PendingJob
+from schedd.policy.view import View
 from tests.unit.policy_harness import node, pending, placed, run, snapshot
 
 NOW = 10_000.0
@@ -38,6 +41,17 @@ def test_a_waiting_jobs_inputs_go_to_the_node_that_frees_first() -> None:
     sent = prefetches(plan)["next"]
     assert (sent.node_id, sent.inputs) == ("n1", DATA)
     assert "in about 2 min" in sent.reason
+
+
+def test_a_job_the_plan_paused_is_not_expected_to_free_its_node() -> None:
+    """Paused for another's turn, it does not end there: its GPUs are taken meanwhile."""
+    nodes, running = busy_pair()
+    job = with_inputs(pending("next"))
+    view = View.build(snapshot(nodes, [job], running), NOW, Settings())
+    view.suspend(running[1])
+    plan = Plan(waiting={"next": Wait("no_capacity", "no room")})
+    (sent,) = prefetch.anticipate(view, plan)
+    assert isinstance(sent, Prefetch) and sent.node_id == "n0"
 
 
 def test_the_next_waiting_job_looks_at_the_next_node() -> None:

@@ -68,11 +68,15 @@ def recheck_at(view: View) -> float | None:
 
 
 def _expected_ends(view: View) -> list[tuple[PlacedJob, float]]:
-    """Running jobs not on their way out, with when each is expected to end."""
+    """Running jobs not on their way out nor paused by this plan, with when each is
+    expected to end."""
     return [
         (job, view.now + view.remaining(job))
         for job in view.snapshot.placed
-        if job.stoppable and job.job_id not in view.stopping and holds_gpus(job)
+        if job.stoppable
+        and job.job_id not in view.stopping
+        and job.job_id not in view.paused
+        and holds_gpus(job)
     ]
 
 
