@@ -54,6 +54,9 @@ class Decision:
     reason: str
 
 
+_KEPT = Decision(True, "guarantee kept: it still fits beside the others")
+
+
 def decide(
     jobs: Sequence[DeadlineJob], capacity_gpus: int, now: float, efficiency: float
 ) -> dict[str, Decision]:
@@ -77,6 +80,9 @@ def decide(
     # What guaranteed jobs leave by each checkpoint.
     slack = rate * (due - now) - demand[[chosen[j.job_id] for j in feasible]].sum(axis=0)
     for i, job in enumerate(feasible):
+        if chosen[job.job_id] and job.committed:
+            out[job.job_id] = _KEPT  # unchanged: nobody reads new words for it
+            continue
         if chosen[job.job_id]:
             left = (job.deadline - now) / 60
             out[job.job_id] = Decision(
@@ -154,6 +160,9 @@ def _solve(
 ) -> dict[str, bool]:
     n = len(jobs)
     capacity = rate * (due - now)
+    # Every job together fits: the greedy start would take each (its prefixes fit too).
+    if np.all(demand.sum(axis=0) <= capacity + 1e-6):
+        return {job.job_id: True for job in jobs}
     start = _greedy(jobs, demand, capacity)
     if start.all():
         return {job.job_id: True for job in jobs}  # nothing to choose between

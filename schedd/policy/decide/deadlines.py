@@ -9,13 +9,29 @@ solved: guarantees stand until the next decision.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from schedd.policy.actions import Action, AdmitDeadline
 from schedd.policy.deadline_admission import DeadlineJob
 from schedd.policy.deadline_admission import decide as solve
+from schedd.policy.kept import Kept
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
 _KEY = ("deadline_admitted",)
+
+J = TypeVar("J", PendingJob, PlacedJob)
+# The guaranteed jobs of the last snapshot's placed and pending tuples: a plan for the
+# next arrival often sees the same ones.
+_placed = Kept[list[PlacedJob]]()
+_pending = Kept[list[PendingJob]]()
+
+
+def _committed(jobs: tuple[J, ...], kept: Kept[list[J]]) -> list[J]:
+    known = kept.get(jobs)
+    if known is None:
+        known = kept.put([j for j in jobs if j.deadline_admitted and j.deadline is not None], jobs)
+    return known
 
 
 def admitted(job: PendingJob | PlacedJob, view: View) -> bool:
@@ -33,8 +49,10 @@ def decide(view: View) -> list[Action]:
     ][: view.settings.deadline_decisions]
     if not undecided:
         return []
-    held: list[PendingJob | PlacedJob] = [*snapshot.placed, *snapshot.pending]
-    committed = [j for j in held if j.deadline_admitted and j.deadline is not None]
+    committed: list[PendingJob | PlacedJob] = [
+        *_committed(snapshot.placed, _placed),
+        *_committed(snapshot.pending, _pending),
+    ]
     jobs = [_deadline_job(j, view, committed=True) for j in committed]
     jobs += [_deadline_job(j, view, committed=False) for j in undecided]
     decisions = solve(jobs, view.total.gpus, view.now, view.settings.deadline_efficiency)
