@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from highspy import HighsLp, HighsVarType, MatrixFormat, kHighsInf
@@ -39,8 +40,7 @@ MAX_NODES = 2000
 MAX_ROWS = 256
 
 
-@dataclass(frozen=True, slots=True)
-class DeadlineJob:
+class DeadlineJob(NamedTuple):  # a tuple: one is made per guarantee and plan
     job_id: str
     gpus: int
     remaining_s: float | None  # run time left; None: nothing is known
@@ -61,7 +61,9 @@ def decide(
     jobs: Sequence[DeadlineJob], capacity_gpus: int, now: float, efficiency: float
 ) -> dict[str, Decision]:
     """Whether each job is (still) guaranteed, and why, in words."""
-    out: dict[str, Decision] = {}
+    if jobs and (out := _all_fit(jobs, capacity_gpus, now, efficiency)) is not None:
+        return out
+    out = {}
     feasible: list[DeadlineJob] = []
     for job in jobs:
         refused = _alone(job, capacity_gpus, now)
@@ -75,7 +77,7 @@ def decide(
     rate = efficiency * capacity_gpus
     # One order whatever the caller's, so that equal answers are broken the same way.
     feasible.sort(key=lambda j: (j.deadline, j.job_id))
-    due, demand = _demand(feasible, now)
+    due, demand = _demand(*_columns(feasible)[1:4], now)
     chosen = _solve(feasible, due, demand, rate, now)
     # What guaranteed jobs leave by each checkpoint.
     slack = rate * (due - now) - demand[[chosen[j.job_id] for j in feasible]].sum(axis=0)
@@ -84,12 +86,7 @@ def decide(
             out[job.job_id] = _KEPT  # unchanged: nobody reads new words for it
             continue
         if chosen[job.job_id]:
-            left = (job.deadline - now) / 60
-            out[job.job_id] = Decision(
-                True,
-                f"guaranteed: {_hours(_work(job))} GPU-h fit before its deadline in"
-                f" {left:.0f} min, beside the guarantees already given",
-            )
+            out[job.job_id] = _guaranteed(job, now)
             continue
         # The tightest checkpoint it would load bounds what it could get.
         row = demand[i]
@@ -102,6 +99,49 @@ def decide(
             words = f"guarantee withdrawn: the cluster can no longer meet it ({words})"
         out[job.job_id] = Decision(False, words)
     return out
+
+
+def _all_fit(
+    jobs: Sequence[DeadlineJob], capacity_gpus: int, now: float, efficiency: float
+) -> dict[str, Decision] | None:
+    """The answers when every job could make it alone and all of them fit together
+    (nobody to choose between: the common case, found without a job-by-job pass);
+    else None."""
+    ids, gpus, remaining, deadline, committed = _columns(jobs)
+    if not np.all(remaining <= deadline - now) or gpus.max() > capacity_gpus:
+        return None  # some job is refused alone (no estimate: NaN compares false)
+    due, demand = _demand(gpus, remaining, deadline, now)
+    if not np.all(demand.sum(axis=0) <= efficiency * capacity_gpus * (due - now) + 1e-6):
+        return None
+    out = dict.fromkeys((i for i, c in zip(ids, committed, strict=True) if c), _KEPT)
+    for job in jobs:
+        if not job.committed:
+            out[job.job_id] = _guaranteed(job, now)
+    return out
+
+
+def _columns(
+    jobs: Sequence[DeadlineJob],
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, tuple[bool, ...]]:
+    """Job ids, GPUs, remaining seconds (NaN: not known), deadlines, and whether each is
+    guaranteed already."""
+    ids, gpus, remaining, deadline, committed = zip(*jobs, strict=True)
+    return (
+        ids,
+        np.array(gpus, dtype=float),
+        np.array(remaining, dtype=float),
+        np.array(deadline, dtype=float),
+        committed,
+    )
+
+
+def _guaranteed(job: DeadlineJob, now: float) -> Decision:
+    left = (job.deadline - now) / 60
+    return Decision(
+        True,
+        f"guaranteed: {_hours(_work(job))} GPU-h fit before its deadline in"
+        f" {left:.0f} min, beside the guarantees already given",
+    )
 
 
 def _alone(job: DeadlineJob, capacity_gpus: int, now: float) -> str | None:
@@ -128,17 +168,19 @@ def _hours(gpu_s: float) -> str:
     return f"{gpu_s / 3600:.1f}"
 
 
-def _demand(jobs: Sequence[DeadlineJob], now: float) -> tuple[np.ndarray, np.ndarray]:
+def _demand(
+    gpus: np.ndarray, remaining: np.ndarray, deadline: np.ndarray, now: float
+) -> tuple[np.ndarray, np.ndarray]:
     """The checkpoints D (ascending) and, per job, the GPU-seconds it must run before
     each: whole if due by D, else what it could not put off past D."""
-    due = np.array(sorted({j.deadline for j in jobs}))
+    due = np.unique(deadline)
     if len(due) > MAX_ROWS:
         due = np.unique(np.quantile(due, np.linspace(0, 1, MAX_ROWS), method="lower"))
-    gpus = np.array([max(j.gpus, 1) for j in jobs], dtype=float)
-    remaining = np.array([j.remaining_s or 0.0 for j in jobs])
+    gpus = np.maximum(gpus, 1.0)
+    remaining = np.nan_to_num(remaining)  # refused alone before it gets here
     # Held to the last checkpoint at or before its deadline (never a later one).
-    deadline = due[np.searchsorted(due, [j.deadline for j in jobs], side="right") - 1]
-    later = np.maximum(deadline[:, None] - due[None, :], 0.0)
+    held_to = due[np.searchsorted(due, deadline, side="right") - 1]
+    later = np.maximum(held_to[:, None] - due[None, :], 0.0)
     demand = gpus[:, None] * np.maximum(remaining[:, None] - later, 0.0)
     return due, demand
 

@@ -53,8 +53,8 @@ def decide(view: View) -> list[Action]:
         *_committed(snapshot.placed, _placed),
         *_committed(snapshot.pending, _pending),
     ]
-    jobs = [_deadline_job(j, view, committed=True) for j in committed]
-    jobs += [_deadline_job(j, view, committed=False) for j in undecided]
+    jobs = _deadline_jobs(committed, view, committed=True)
+    jobs += _deadline_jobs(undecided, view, committed=False)
     decisions = solve(jobs, view.total.gpus, view.now, view.settings.deadline_efficiency)
     actions: list[Action] = []
     record: dict[str, bool] = {}
@@ -67,12 +67,17 @@ def decide(view: View) -> list[Action]:
     return actions
 
 
-def _deadline_job(job: PendingJob | PlacedJob, view: View, committed: bool) -> DeadlineJob:
-    assert job.deadline is not None
-    return DeadlineJob(
-        job_id=job.job_id,
-        gpus=job.request.gpus,
-        remaining_s=view.remaining(job) if job.estimate_s is not None else None,
-        deadline=job.deadline,
-        committed=committed,
-    )
+def _deadline_jobs(
+    jobs: list[PendingJob] | list[PendingJob | PlacedJob], view: View, committed: bool
+) -> list[DeadlineJob]:
+    remaining = view.remaining
+    return [
+        DeadlineJob(
+            j.job_id,
+            j.request.gpus,
+            remaining(j) if j.estimate_s is not None else None,
+            j.deadline,  # type: ignore[arg-type]  # every job here has one
+            committed,
+        )
+        for j in jobs
+    ]
