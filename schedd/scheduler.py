@@ -59,7 +59,7 @@ from schedd.policy.snapshot import (
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
-from shared.model import JobState
+from shared.model import JobKind, JobState
 
 log = logging.get("scheduler")
 
@@ -386,10 +386,22 @@ class Scheduler:
         await self._predict([*placed_rows, *pending_rows])
         predicted = self._predicted
         now = time.time()
-        turns = _turn_gpus(placed_rows)
-        utilisation = await self._utilisation(placed_rows, turns) if self._packs else None
+        turns = _turn_gpus(placed_rows) if self._packs else set()
+        young = (
+            _young_holders(placed_rows, now, self.settings.share_after_s)
+            if any(r["kind"] == JobKind.OPPORTUNISTIC for r in pending_rows)
+            else set()
+        )
+        utilisation = (
+            await self._utilisation(placed_rows, turns, young) if self._packs or young else None
+        )
         placed = _placed_jobs(
-            placed_rows, now, lambda r: _estimate(r, estimates, predicted), utilisation, turns
+            placed_rows,
+            now,
+            lambda r: _estimate(r, estimates, predicted),
+            utilisation,
+            turns,
+            young,
         )
         self._in_flight = tuple(
             r["id"]
@@ -432,24 +444,30 @@ class Scheduler:
         now = time.time()
         rows = await jobs.placed(self.pool)
         predicted_util: dict[str, float] | None = {} if self._packs else None
-        return _placed_jobs(rows, now, lambda r: None, predicted_util, _turn_gpus(rows))
+        turns = _turn_gpus(rows) if self._packs else set()
+        return _placed_jobs(rows, now, lambda r: None, predicted_util, turns, set())
 
     @property
     def _packs(self) -> bool:
         """Whether the active profile packs jobs (Gandiva), which reads their utilisation."""
         return self.profile.spec is not None and "pack" in self.profile.spec.decide
 
-    async def _utilisation(self, rows: list[asyncpg.Record], turns: set[str]) -> dict[str, float]:
+    async def _utilisation(
+        self, rows: list[asyncpg.Record], turns: set[str], young: set[str]
+    ) -> dict[str, float]:
         """What the resource estimator predicts of the GPU utilisation of the placed jobs
-        on GPUs taken in turns (`turns`) never sampled running alone (`util_alone` is
-        NULL), each once per training, in one batch; the measured figure is read from the
-        row (`_placed`)."""
+        on GPUs taken in turns (`turns`) or holding GPUs too young to share (`young`),
+        never sampled running alone (`util_alone` is NULL), each once per training, in
+        one batch; the measured figure is read from the row (`_placed`)."""
         cache = self._predicted_util
         if not await self._predict_into(
             cache,
             "gpu_util_pct",
             rows,
-            lambda r: r["util_alone"] is None and not turns.isdisjoint(r["gpu_uuids"]),
+            lambda r: (
+                r["util_alone"] is None
+                and (r["id"] in young or not turns.isdisjoint(r["gpu_uuids"]))
+            ),
         ):
             return {}
         return {r["id"]: cache[r["id"]][1] for r in rows if r["id"] in cache}
@@ -573,16 +591,18 @@ def _placed_jobs(
     estimate: Callable[[asyncpg.Record], float | None],
     predicted_util: dict[str, float] | None,
     turns: set[str],
+    young: set[str],
 ) -> tuple[PlacedJob, ...]:
     """The placed jobs as the policy sees them. A packed job and its partner are each
     measured against their rate alone from the pack's start (`_progress_ratio`).
 
-    `predicted_util` (None: the profile does not pack) is the estimator's utilisation
-    for jobs never measured alone. Under a profile that packs, the jobs taking turns
-    (suspended or packed, and those on their GPUs) get their utilisation alone as
-    `utilization_pct`: what packing reads. The others keep None, so that the plugins
-    that read it otherwise (`place.share`) see the GPUs' own figures, as before.
-    `turns`: the GPUs jobs take turns on (`_turn_gpus` of `rows`)."""
+    `predicted_util` (None: nobody reads utilisation) is the estimator's utilisation for
+    jobs never measured alone. The jobs taking turns (suspended or packed, and those on
+    their GPUs: `turns`, empty unless the profile packs) get their utilisation alone as
+    `utilization_pct`: what packing reads. So do the `young` holders
+    (`_young_holders`): with a figure of their own, `place.share` need not wait for
+    their GPUs' window to see them run. The others keep None, so that `place.share`
+    sees the GPUs' own figures, as before."""
     pack_since: dict[str, float] = {}  # job in a pack -> when the pack began
     for row in rows:
         partner = job_controls.packed_beside(row)
@@ -596,11 +616,25 @@ def _placed_jobs(
             now,
             estimate(r),
             pack_since.get(r["id"]),
-            util=predicted_util is not None and not turns.isdisjoint(r["gpu_uuids"]),
+            util=predicted_util is not None
+            and (r["id"] in young or not turns.isdisjoint(r["gpu_uuids"])),
             predicted_util=(predicted_util or {}).get(r["id"]),
         )
         for r in rows
     )
+
+
+def _young_holders(rows: list[asyncpg.Record], now: float, share_after_s: float) -> set[str]:
+    """Running guaranteed jobs that started less than `share_after_s` ago: `place.share`
+    shares their GPUs only once of age, unless their utilisation is known."""
+    return {
+        r["id"]
+        for r in rows
+        if r["state"] == JobState.RUNNING
+        and r["kind"] != JobKind.OPPORTUNISTIC
+        and r["started_at"] is not None
+        and now - r["started_at"].timestamp() < share_after_s
+    }
 
 
 def _turn_gpus(rows: list[asyncpg.Record]) -> set[str]:

@@ -17,7 +17,14 @@ from schedd.policy.snapshot import PACKED, SUSPENDED
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from tests.integration.fake_agent import FakeAgent, reasons, started
-from tests.integration.inprocess import Schedd, control, placed, start_gandiva, submit
+from tests.integration.inprocess import (
+    PredictsUtilisation,
+    Schedd,
+    control,
+    placed,
+    start_gandiva,
+    submit,
+)
 
 
 @pytest.fixture
@@ -176,16 +183,6 @@ async def test_a_packed_job_whose_partner_left_holds_the_gpu(
     with pytest.raises(TimeoutError):
         await agent.next(within=0.3)
     await agent.close()
-
-
-class PredictsUtilisation:
-    """A trained resource estimator, as far as packing asks it: 25% for every job."""
-
-    models = {"gpu_util_pct": object()}
-
-    def values(self, target: str, rows: list[object]) -> list[float]:
-        assert target == "gpu_util_pct"
-        return [25.0] * len(rows)
 
 
 async def test_a_job_taking_turns_is_packed_only_once_its_utilisation_is_known(

@@ -1,0 +1,44 @@
+"""AntMan's sharing in the live scheduler, with the resource estimator: a guaranteed job
+too young for its GPU's window to have seen it run is shared at once when the estimator
+predicts it uses little, instead of after `share_after_s`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from schedd.policy.framework import NO_SHAREABLE_GPU
+from schedd.store import jobs
+from shared import protocol as p
+from shared.model import JobKind, JobSpec
+from tests.integration.fake_agent import FakeAgent, started
+from tests.integration.inprocess import PredictsUtilisation, start_schedd, submit
+
+
+async def test_a_young_holder_predicted_to_use_little_is_shared_at_once(
+    pool: asyncpg.Pool,
+) -> None:
+    # The estimator off: it is put in by hand below, once the holder runs.
+    async with start_schedd(pool, estimator_retrain_s=0) as schedd:
+        agent = await FakeAgent(schedd.server, gpus=1).connect(hub=schedd.hub)
+        holder = await submit(schedd, pool)
+        await started(agent, pool, holder)
+        spec = JobSpec(name="sweep", command=["sweep"], gpus=1, kind=JobKind.OPPORTUNISTIC)
+        row, _ = await jobs.submit(pool, "bob", spec, None)
+        guest = str(row["id"])
+        schedd.scheduler.wake()
+        # Started a moment ago, nothing known of its use: its GPU is not shared yet.
+        async with asyncio.timeout(5):
+            while schedd.scheduler.why_pending(guest).code != NO_SHAREABLE_GPU:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        with pytest.raises(TimeoutError):
+            await agent.next(within=0.3)
+
+        # The trained estimator predicts 25%, below `share_below_pct`: shared now.
+        schedd.scheduler.estimator = PredictsUtilisation()  # type: ignore[assignment]
+        schedd.scheduler.wake()
+        launch = await agent.expect(p.Launch)
+        assert (launch.job_id, launch.gpu_uuids) == (guest, ["GPU-0"])
+        await agent.close()
