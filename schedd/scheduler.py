@@ -122,6 +122,7 @@ class Scheduler:
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self._busy = False  # jobs pending or placed at the last cycle: the tick applies
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
+        self._young_until: float | None = None  # when the snapshot's first young holder ages
         # Jobs take turns on GPUs (time-slicing): a job's start begins its turn, which a
         # plan made while it was only assigned could not time.
         self._slicing = False
@@ -311,6 +312,8 @@ class Scheduler:
         if any(w.code == NO_SHAREABLE_GPU for w in plan.waiting.values()):
             # A busy sample stops counting only when it leaves the window: no event says so.
             aged = now + self.hub.gpu_window.window_s
+            if self._young_until is not None:
+                aged = min(aged, self._young_until)
             self._recheck_at = min(aged, self._recheck_at or aged)
         if full and launched:
             self.wake()  # the window moved on: the jobs behind it may start too
@@ -390,8 +393,10 @@ class Scheduler:
         young = (
             _young_holders(placed_rows, now, self.settings.share_after_s)
             if any(r["kind"] == JobKind.OPPORTUNISTIC for r in pending_rows)
-            else set()
+            else {}
         )
+        # Once of age, a holder's own figure gives way to its GPU's window.
+        self._young_until = min(young.values(), default=None)
         utilisation = (
             await self._utilisation(placed_rows, turns, young) if self._packs or young else None
         )
@@ -445,7 +450,7 @@ class Scheduler:
         rows = await jobs.placed(self.pool)
         predicted_util: dict[str, float] | None = {} if self._packs else None
         turns = _turn_gpus(rows) if self._packs else set()
-        return _placed_jobs(rows, now, lambda r: None, predicted_util, turns, set())
+        return _placed_jobs(rows, now, lambda r: None, predicted_util, turns, {})
 
     @property
     def _packs(self) -> bool:
@@ -453,7 +458,7 @@ class Scheduler:
         return self.profile.spec is not None and "pack" in self.profile.spec.decide
 
     async def _utilisation(
-        self, rows: list[asyncpg.Record], turns: set[str], young: set[str]
+        self, rows: list[asyncpg.Record], turns: set[str], young: dict[str, float]
     ) -> dict[str, float]:
         """What the resource estimator predicts of the GPU utilisation of the placed jobs
         on GPUs taken in turns (`turns`) or holding GPUs too young to share (`young`),
@@ -591,7 +596,7 @@ def _placed_jobs(
     estimate: Callable[[asyncpg.Record], float | None],
     predicted_util: dict[str, float] | None,
     turns: set[str],
-    young: set[str],
+    young: dict[str, float],
 ) -> tuple[PlacedJob, ...]:
     """The placed jobs as the policy sees them. A packed job and its partner are each
     measured against their rate alone from the pack's start (`_progress_ratio`).
@@ -624,16 +629,19 @@ def _placed_jobs(
     )
 
 
-def _young_holders(rows: list[asyncpg.Record], now: float, share_after_s: float) -> set[str]:
-    """Running guaranteed jobs that started less than `share_after_s` ago: `place.share`
-    shares their GPUs only once of age, unless their utilisation is known."""
+def _young_holders(
+    rows: list[asyncpg.Record], now: float, share_after_s: float
+) -> dict[str, float]:
+    """Running guaranteed jobs that started less than `share_after_s` ago, each with when
+    it comes of age: `place.share` shares their GPUs only then, unless their utilisation
+    is known (and then reads that figure until then)."""
     return {
-        r["id"]
+        r["id"]: of_age
         for r in rows
         if r["state"] == JobState.RUNNING
         and r["kind"] != JobKind.OPPORTUNISTIC
         and r["started_at"] is not None
-        and now - r["started_at"].timestamp() < share_after_s
+        and (of_age := r["started_at"].timestamp() + share_after_s) > now
     }
 
 

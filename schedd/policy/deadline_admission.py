@@ -111,13 +111,18 @@ def _all_fit(
     if not np.all(remaining <= deadline - now) or gpus.max() > capacity_gpus:
         return None  # some job is refused alone (no estimate: NaN compares false)
     due, demand = _demand(gpus, remaining, deadline, now)
-    if not np.all(demand.sum(axis=0) <= efficiency * capacity_gpus * (due - now) + 1e-6):
+    if not _all_within(demand, efficiency * capacity_gpus * (due - now)):
         return None
     out = dict.fromkeys((i for i, c in zip(ids, committed, strict=True) if c), _KEPT)
     for job in jobs:
         if not job.committed:
             out[job.job_id] = _guaranteed(job, now)
     return out
+
+
+def _all_within(demand: np.ndarray, capacity: np.ndarray) -> bool:
+    """Whether every job's demand together fits what each checkpoint allows."""
+    return bool(np.all(demand.sum(axis=0) <= capacity + 1e-6))
 
 
 def _columns(
@@ -203,7 +208,7 @@ def _solve(
     n = len(jobs)
     capacity = rate * (due - now)
     # Every job together fits: the greedy start would take each (its prefixes fit too).
-    if np.all(demand.sum(axis=0) <= capacity + 1e-6):
+    if _all_within(demand, capacity):
         return {job.job_id: True for job in jobs}
     start = _greedy(jobs, demand, capacity)
     if start.all():

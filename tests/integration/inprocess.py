@@ -95,14 +95,17 @@ async def submit(
 
 
 class PredictsUtilisation:
-    """A trained resource estimator, as far as utilisation is asked of it: 25% for
+    """A trained resource estimator, as far as utilisation is asked of it: `pct` for
     every job."""
 
     models = {"gpu_util_pct": object()}
 
+    def __init__(self, pct: float = 25.0) -> None:
+        self.pct = pct
+
     def values(self, target: str, rows: list[object]) -> list[float]:
         assert target == "gpu_util_pct"
-        return [25.0] * len(rows)
+        return [self.pct] * len(rows)
 
 
 async def placed(schedd: Schedd) -> dict[str, PlacedJob]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedd.policy import deadline_admission
 from schedd.policy.actions import AdmitDeadline, Plan
 from schedd.policy.deadline_admission import DeadlineJob, decide
 from schedd.policy.gittins import ServiceHistory
@@ -114,6 +115,41 @@ def test_the_admitted_jobs_fit_every_deadlines_demand_bound(
         assert due <= 0.9 * 16 * bound * (1 + 1e-6)
     if any(j.gpus * (j.remaining_s or 0.0) <= 0.9 * 16 * j.deadline for j in jobs):
         assert admitted
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 20),
+            st.one_of(st.none(), st.floats(0.0, 4 * H)),
+            st.floats(-H, 6 * H),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 32),
+)
+def test_the_answer_found_at_once_is_the_programs(
+    specs: list[tuple[int, float | None, float, bool]], capacity: int
+) -> None:
+    """Where every job fits (`_all_fit`), the answers are those of the job-by-job path."""
+    jobs = [
+        slo(job_id=str(i), gpus=g, remaining_s=r, deadline=d, committed=c)
+        for i, (g, r, d, c) in enumerate(specs)
+    ]
+    at_once = deadline_admission._all_fit(jobs, capacity, 0.0, 0.9)
+    if at_once is None:
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deadline_admission, "_all_fit", lambda *_: None)
+        program = decide(jobs, capacity, 0.0, 0.9)
+    assert {j: d.admitted for j, d in at_once.items()} == {
+        j: d.admitted for j, d in program.items()
+    }
+    newcomers = {j.job_id for j in jobs if not j.committed}
+    assert all(at_once[j] == program[j] for j in newcomers)  # the same words too
 
 
 # ---- the chronus profile --------------------------------------------------------

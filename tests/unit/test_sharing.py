@@ -101,8 +101,20 @@ def test_gpu_memory_left_by_the_holder_bounds_a_sharer() -> None:
     used = Gpu("n-g0", 0, "A100", 40_000, 10, 30_000)
     n = dataclasses.replace(n, gpus=(used, n.gpus[1]))
     running = [placed("a", n, [0]), placed("b", n, [1], utilization_pct=40)]
-    plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=20_000)], running))
+    plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=20_000)], running), now=600.0)
     assert gpus_of(plan, "o") == ("n-g1",)  # g0 is less used but has 10 GB left
+
+
+def test_a_young_holder_known_to_use_little_is_shared_but_not_by_a_job_asking_memory() -> None:
+    """Its utilisation is known (live: the estimator's), its memory is not yet."""
+    n = node("n", 1, gpu_memory_mib=40_000)
+    young = [placed("y", n, [0], started_at=500.0, utilization_pct=10)]
+    plan = run("default", snapshot([n], [ot("o")], young), now=600.0)
+    assert gpus_of(plan, "o") == ("n-g0",)
+    plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=1_000)], young), now=600.0)
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+    plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=1_000)], young), now=900.0)
+    assert gpus_of(plan, "o") == ("n-g0",)  # of age: its window has seen it
 
 
 def test_a_guaranteed_job_takes_gpus_only_opportunistic_jobs_hold_without_preempting() -> None:

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from schedd.policy.placement import NoFit, Placement
-from schedd.policy.snapshot import Gpu, PendingJob, PlacedJob, Shard, holds_gpus
+from schedd.policy.snapshot import Gpu, PendingJob, PlacedJob, Request, Shard, holds_gpus
 from schedd.policy.view import View
 
 
@@ -37,23 +37,25 @@ def holders_use(view: View) -> dict[str, int]:
     return known  # type: ignore[return-value]
 
 
-def _young_holders(view: View) -> Iterator[tuple[PlacedJob, float]]:
-    """Guaranteed jobs with no figure of their own use that started less than
-    `share_after_s` ago (live, the GPU's window has not seen them run long), each with
-    the time it comes of age."""
+def _young_holders(view: View, known_too: bool = False) -> Iterator[tuple[PlacedJob, float]]:
+    """Guaranteed jobs that started less than `share_after_s` ago (live, the GPU's window
+    has not seen them run long) with no figure of their own use (`known_too`: with one
+    or not), each with the time it comes of age."""
     after = view.settings.share_after_s
     for job in view.snapshot.placed:
-        if holds_gpus(job) and job.utilization_pct is None:
+        if holds_gpus(job) and (known_too or job.utilization_pct is None):
             of_age = view.started(job) + after
             if of_age > view.now:
                 yield job, of_age
 
 
-def _unmeasured(view: View) -> set[str]:
+def _unmeasured(view: View, request: Request) -> set[str]:
     """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
-    or it is a young holder."""
+    or it is a young holder. For a job that asks for GPU memory, every young holder's:
+    a figure of its utilisation says nothing of the memory its window has not seen."""
     fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
-    fresh.update(u for job, _ in _young_holders(view) for u in job.gpu_uuids)
+    memory = request.gpu_memory_mib is not None
+    fresh.update(u for job, _ in _young_holders(view, memory) for u in job.gpu_uuids)
     return fresh
 
 
@@ -73,7 +75,7 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
-    fresh = _unmeasured(view)
+    fresh = _unmeasured(view, request)
     for node in view.snapshot.nodes:
         node_id = node.node_id
         if request.node_id is not None and node_id != request.node_id:
