@@ -317,9 +317,8 @@ async def checkpoint(
     failed checkpoint, `on_controlled`) drops it. It is not sent again to an agent that
     reconnects: a shim keeps a checkpoint it was asked for through its agent's restart."""
     await _running(pool, row, "checkpoint")
-    msg = Checkpoint(job_id=row["id"], attempt=row["attempt"])
     if migrate_to is None:
-        await _send(hub, row, msg)
+        await _send(hub, row, Checkpoint(job_id=row["id"], attempt=row["attempt"]))
         await jobs.note(pool, row["id"], row["attempt"], f"checkpoint asked by {by}")
         return
     source = row["node_id"]
@@ -544,7 +543,7 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
     """The job saved `event.checkpoint` and exited: checkpointed, or requeued to migrate."""
     assert event.checkpoint is not None
     target, gpus = row["migrate_to"], row["resize_to"]
-    if target is not None or gpus is not None:
+    if moving(row):
         source = row["node_id"]
         if target is not None and target != source:
             moves = [f"moving from node {source} to node {target}"]

@@ -469,10 +469,7 @@ class Scheduler:
             cache,
             "gpu_util_pct",
             rows,
-            lambda r: (
-                r["util_alone"] is None
-                and (r["id"] in young or not turns.isdisjoint(r["gpu_uuids"]))
-            ),
+            lambda r: r["util_alone"] is None and _reads_util(r, turns, young),
         ):
             return {}
         return {r["id"]: cache[r["id"]][1] for r in rows if r["id"] in cache}
@@ -621,12 +618,16 @@ def _placed_jobs(
             now,
             estimate(r),
             pack_since.get(r["id"]),
-            util=predicted_util is not None
-            and (r["id"] in young or not turns.isdisjoint(r["gpu_uuids"])),
+            util=predicted_util is not None and _reads_util(r, turns, young),
             predicted_util=(predicted_util or {}).get(r["id"]),
         )
         for r in rows
     )
+
+
+def _reads_util(row: asyncpg.Record, turns: set[str], young: dict[str, float]) -> bool:
+    """Whether the policy reads the job's utilisation alone (`_placed_jobs`)."""
+    return row["id"] in young or not turns.isdisjoint(row["gpu_uuids"])
 
 
 def _young_holders(

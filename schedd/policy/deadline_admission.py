@@ -77,7 +77,7 @@ def decide(
     rate = efficiency * capacity_gpus
     # One order whatever the caller's, so that equal answers are broken the same way.
     feasible.sort(key=lambda j: (j.deadline, j.job_id))
-    due, demand = _demand(*_columns(feasible)[1:4], now)
+    due, demand = _demand(*_columns(feasible), now)
     chosen = _solve(feasible, due, demand, rate, now)
     # What guaranteed jobs leave by each checkpoint.
     slack = rate * (due - now) - demand[[chosen[j.job_id] for j in feasible]].sum(axis=0)
@@ -107,17 +107,13 @@ def _all_fit(
     """The answers when every job could make it alone and all of them fit together
     (nobody to choose between: the common case, found without a job-by-job pass);
     else None."""
-    ids, gpus, remaining, deadline, committed = _columns(jobs)
+    gpus, remaining, deadline = _columns(jobs)
     if not np.all(remaining <= deadline - now) or gpus.max() > capacity_gpus:
         return None  # some job is refused alone (no estimate: NaN compares false)
     due, demand = _demand(gpus, remaining, deadline, now)
     if not _all_within(demand, efficiency * capacity_gpus * (due - now)):
         return None
-    out = dict.fromkeys((i for i, c in zip(ids, committed, strict=True) if c), _KEPT)
-    for job in jobs:
-        if not job.committed:
-            out[job.job_id] = _guaranteed(job, now)
-    return out
+    return {j.job_id: _KEPT if j.committed else _guaranteed(j, now) for j in jobs}
 
 
 def _all_within(demand: np.ndarray, capacity: np.ndarray) -> bool:
@@ -125,18 +121,13 @@ def _all_within(demand: np.ndarray, capacity: np.ndarray) -> bool:
     return bool(np.all(demand.sum(axis=0) <= capacity + 1e-6))
 
 
-def _columns(
-    jobs: Sequence[DeadlineJob],
-) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, tuple[bool, ...]]:
-    """Job ids, GPUs, remaining seconds (NaN: not known), deadlines, and whether each is
-    guaranteed already."""
-    ids, gpus, remaining, deadline, committed = zip(*jobs, strict=True)
+def _columns(jobs: Sequence[DeadlineJob]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The jobs' GPUs, remaining seconds (NaN: not known) and deadlines."""
+    _, gpus, remaining, deadline, _ = zip(*jobs, strict=True)
     return (
-        ids,
         np.array(gpus, dtype=float),
         np.array(remaining, dtype=float),
         np.array(deadline, dtype=float),
-        committed,
     )
 
 

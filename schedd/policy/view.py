@@ -271,7 +271,7 @@ class View:
             cap = self.writable(shard.node_id)
             del self.by_free[len(cap.free_gpus)][shard.node_id]
             if shard.node_id in here:  # a grow in place: its CPUs and memory are there
-                part = Request(len(shard.gpu_uuids), 0.0, 0)
+                part = _GPUS_ONLY
             cap.take(shard.gpu_uuids, part)
             self.by_free[len(cap.free_gpus)][shard.node_id] = None
 

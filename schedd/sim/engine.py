@@ -853,7 +853,7 @@ class Simulation:
             sharers = (self.gpu_sharer.get(u) for u in uuids)
             shared = any(o is not None and o.state != MIGRATING for o in sharers)
             job.share_speed = model.guaranteed_speed(shared)
-            job.pack_speed = packing.pair_speed(self, uuids) if self.gpu_packed else 1.0
+            job.pack_speed = packing.pair_speed(self, uuids)
         job.speed = job.locality_speed * job.share_speed * job.pack_speed
         if job.share_speed * job.pack_speed != ratio:  # its view's progress_ratio
             job.placed_view = None

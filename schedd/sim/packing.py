@@ -129,6 +129,8 @@ def unpack(sim: Simulation, job: SimJob, now: float) -> bool:
 def pair_speed(sim: Simulation, uuids: list[str]) -> float:
     """The packing factor of a guaranteed job on `uuids` now: its slowest GPU's, where
     a running holder and a packed job compute together; 1.0 elsewhere."""
+    if not sim.gpu_packed:
+        return 1.0  # nothing packed anywhere: the common case, found at once
     factor = 1.0
     for uuid in uuids:
         owner, packed = sim.gpu_owner.get(uuid), sim.gpu_packed.get(uuid)

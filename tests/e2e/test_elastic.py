@@ -117,6 +117,18 @@ class Scenario:
             f"job {job_id} printing {line}",
         )
 
+    def grows_when_it_ends(self, elastic: str, other: str, stop: Path, attempt: int) -> None:
+        """`other` ends (its stop file appears) and nobody waits: the elastic job, on one
+        of its two GPUs, grows into the one freed, resuming as `attempt`, and then holds
+        both."""
+        stop.touch()
+        self.succeeds(other)
+        words = "resize from 1 to 2 GPUs on node node-a asked by the scheduler:"
+        asked = self.asked(elastic, words)
+        assert "grows into 1 idle GPU(s) on its node" in asked, asked
+        grown = self.resumed(elastic, attempt=attempt, gpus=2, was=1)
+        assert sorted(grown["placement"]["gpu_uuids"]) == self.gpus
+
     def succeeds(self, *job_ids: str) -> None:
         for job_id in job_ids:
             done = self.cluster.wait_state(
@@ -145,12 +157,7 @@ def test_an_elastic_job_starts_on_fewer_gpus_and_grows_when_they_free_up(
     assert not any("resize" in r for r in s.reasons(elastic))
 
     # The other job ends, and nobody waits: the elastic job grows into the GPU it freed.
-    other_stop.touch()
-    s.succeeds(other)
-    asked = s.asked(elastic, "resize from 1 to 2 GPUs on node node-a asked by the scheduler:")
-    assert "grows into 1 idle GPU(s) on its node" in asked, asked
-    grown = s.resumed(elastic, attempt=2, gpus=2, was=1)
-    assert sorted(grown["placement"]["gpu_uuids"]) == s.gpus
+    s.grows_when_it_ends(elastic, other, other_stop, attempt=2)
 
     elastic_stop.touch()
     s.succeeds(elastic)
@@ -184,12 +191,7 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(cluster: Cluste
     # It ends, and nobody waits: the elastic job grows back into its GPU.
     saved = step_of(cluster, s.alice, elastic)
     s.ran_a_while(elastic, since=saved)
-    waiting_stop.touch()
-    s.succeeds(waiting)
-    asked = s.asked(elastic, "resize from 1 to 2 GPUs on node node-a asked by the scheduler:")
-    assert "grows into 1 idle GPU(s) on its node" in asked, asked
-    grown = s.resumed(elastic, attempt=3, gpus=2, was=1)
-    assert sorted(grown["placement"]["gpu_uuids"]) == s.gpus
+    s.grows_when_it_ends(elastic, waiting, waiting_stop, attempt=3)
 
     elastic_stop.touch()
     s.succeeds(elastic)

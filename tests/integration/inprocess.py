@@ -20,7 +20,7 @@ from schedd.scheduler import Scheduler
 from schedd.store import jobs
 from shared import protocol as p
 from shared.config import ProfileConfig, SchedConfig
-from shared.model import JobSpec
+from shared.model import JobKind, JobSpec
 from shared.tasks import Supervisor
 
 JOIN_TOKEN = "test-join-token"
@@ -83,13 +83,16 @@ async def submit(
     gpus: int = 1,
     min_gpus: int | None = None,
     estimate_s: float | None = None,
+    user: str = "alice",
+    kind: JobKind = JobKind.GUARANTEED,
 ) -> str:
-    """Alice's training job, stored as the API stores it, and the scheduler woken for it."""
+    """A training job (alice's unless said), stored as the API stores it, and the
+    scheduler woken for it."""
     spec = JobSpec(
         name="train", command=["train"], gpus=gpus, min_gpus=min_gpus,
-        estimated_runtime_s=estimate_s,
+        estimated_runtime_s=estimate_s, kind=kind,
     )  # fmt: skip
-    row, _ = await jobs.submit(pool, "alice", spec, None)
+    row, _ = await jobs.submit(pool, user, spec, None)
     schedd.scheduler.wake()
     return str(row["id"])
 

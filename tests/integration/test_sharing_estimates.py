@@ -11,20 +11,16 @@ import asyncpg
 import pytest
 
 from schedd.policy.framework import NO_SHAREABLE_GPU
-from schedd.store import jobs
 from shared import protocol as p
 from shared.config import ProfileConfig
-from shared.model import JobKind, JobSpec
+from shared.model import JobKind
 from tests.integration.fake_agent import FakeAgent, started
 from tests.integration.inprocess import PredictsUtilisation, Schedd, start_schedd, submit
 
 
 async def opportunistic(schedd: Schedd, pool: asyncpg.Pool) -> str:
-    """Bob's opportunistic sweep, stored as the API stores it; it waits for a GPU to share."""
-    spec = JobSpec(name="sweep", command=["sweep"], gpus=1, kind=JobKind.OPPORTUNISTIC)
-    row, _ = await jobs.submit(pool, "bob", spec, None)
-    guest = str(row["id"])
-    schedd.scheduler.wake()
+    """Bob's opportunistic job, once it waits for a GPU to share."""
+    guest = await submit(schedd, pool, user="bob", kind=JobKind.OPPORTUNISTIC)
     async with asyncio.timeout(5):
         while schedd.scheduler.why_pending(guest).code != NO_SHAREABLE_GPU:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
@@ -53,7 +49,7 @@ async def test_a_young_holder_predicted_to_use_little_is_shared_at_once(
 
 
 async def test_a_young_holder_predicted_busy_is_shared_once_of_age(pool: asyncpg.Pool) -> None:
-    settings = ProfileConfig(settings={"share_after_s": 1.0})
+    settings = ProfileConfig(settings={"share_after_s": 2.0})
     async with start_schedd(
         pool, estimator_retrain_s=0, policy="default", profiles={"default": settings}
     ) as schedd:
@@ -61,9 +57,13 @@ async def test_a_young_holder_predicted_busy_is_shared_once_of_age(pool: asyncpg
         agent = await FakeAgent(schedd.server, gpus=1).connect(hub=schedd.hub)
         holder = await submit(schedd, pool)
         await started(agent, pool, holder)
-        guest = await opportunistic(schedd, pool)  # 80% predicted: not shared while young
-        # Of age a second after its start, with no event meanwhile: its GPU's window (no
-        # busy sample in it) speaks for it now, and the plan made then shares it.
+        guest = await opportunistic(schedd, pool)
+        # 80% predicted, above `share_below_pct`: not shared while young.
+        schedd.scheduler.wake()
+        with pytest.raises(TimeoutError):
+            await agent.next(within=0.5)
+        # Of age two seconds after its start, with no event meanwhile: its GPU's window
+        # (no busy sample in it) speaks for it now, and the plan made then shares it.
         launch = await agent.expect(p.Launch, within=5.0)
         assert (launch.job_id, launch.gpu_uuids) == (guest, ["GPU-0"])
         await agent.close()

@@ -12,9 +12,17 @@ from hypothesis import strategies as st
 from schedd.policy import deadline_admission
 from schedd.policy.actions import AdmitDeadline, Plan
 from schedd.policy.deadline_admission import DeadlineJob, decide
-from schedd.policy.gittins import ServiceHistory
 from schedd.policy.place.consolidate import rounded
-from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+from tests.unit.policy_harness import (
+    HEAVY_TAIL,
+    launches,
+    node,
+    pending,
+    placed,
+    preempted,
+    run,
+    snapshot,
+)
 
 H = 3600.0
 
@@ -121,35 +129,45 @@ def test_the_admitted_jobs_fit_every_deadlines_demand_bound(
 @given(
     st.lists(
         st.tuples(
-            st.integers(0, 20),
-            st.one_of(st.none(), st.floats(0.0, 4 * H)),
-            st.floats(-H, 6 * H),
+            st.integers(0, 8),
+            st.floats(0.0, 2 * H),
+            st.floats(0.0, 2 * H),
             st.booleans(),
         ),
         min_size=1,
         max_size=30,
     ),
-    st.integers(1, 32),
+    st.integers(8, 48),
 )
 def test_the_answer_found_at_once_is_the_programs(
-    specs: list[tuple[int, float | None, float, bool]], capacity: int
+    specs: list[tuple[int, float, float, bool]], capacity: int
 ) -> None:
-    """Where every job fits (`_all_fit`), the answers are those of the job-by-job path."""
+    """Where every job fits (`_all_fit`), the answers are those of the job-by-job path.
+    Each job could make it alone (its deadline is its run time and some slack away), so
+    whether all fit together is the demand bound's call, either way."""
     jobs = [
-        slo(job_id=str(i), gpus=g, remaining_s=r, deadline=d, committed=c)
-        for i, (g, r, d, c) in enumerate(specs)
+        slo(job_id=str(i), gpus=g, remaining_s=r, deadline=r + slack, committed=c)
+        for i, (g, r, slack, c) in enumerate(specs)
     ]
     at_once = deadline_admission._all_fit(jobs, capacity, 0.0, 0.9)
-    if at_once is None:
-        return
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(deadline_admission, "_all_fit", lambda *_: None)
         program = decide(jobs, capacity, 0.0, 0.9)
+    if at_once is None:  # the bound fails at some checkpoint: the program refuses someone
+        assert not all(d.admitted for d in program.values())
+        return
     assert {j: d.admitted for j, d in at_once.items()} == {
         j: d.admitted for j, d in program.items()
     }
     newcomers = {j.job_id for j in jobs if not j.committed}
     assert all(at_once[j] == program[j] for j in newcomers)  # the same words too
+
+
+def test_a_job_that_could_not_make_it_alone_is_left_to_the_program() -> None:
+    late, unknown = slo(job_id="late", remaining_s=3 * H), slo(job_id="n", remaining_s=None)
+    jobs = [slo(job_id="ok"), late, unknown]
+    assert deadline_admission._all_fit(jobs, 8, 0.0, 1.0) is None
+    assert deadline_admission._all_fit(jobs[:1], 8, 0.0, 1.0) is not None
 
 
 # ---- the chronus profile --------------------------------------------------------
@@ -254,8 +272,6 @@ def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
 
 
 # ---- the default-deadlines profile ------------------------------------------------
-
-HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)  # newcomers go first
 
 
 @pytest.mark.parametrize(("slack_s", "spared"), [(600.0, True), (10 * H, False)])

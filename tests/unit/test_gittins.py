@@ -18,15 +18,22 @@ from schedd.policy.settings import Settings
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 from schedd.sim.service_book import ServiceBook
-from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+from tests.unit.policy_harness import (
+    HEAVY_TAIL,
+    launches,
+    node,
+    pending,
+    placed,
+    preempted,
+    run,
+    snapshot,
+)
 
 # Half the jobs take 1 GPU-second, half 4: a newcomer (index 1/2: one chance in two to
 # finish in one second) is worth more than a job past its first second (1 in 3 s).
 SHORT_OR_LONG = ServiceHistory.of([1.0, 4.0] * MIN_SAMPLES)
 # Every job takes about 10,000 GPU-seconds: a job that has started is worth finishing.
 ALIKE = ServiceHistory.of([10_000.0 + i for i in range(MIN_SAMPLES * 2)])
-# Most jobs are short, a few run for days: the longer a job has run, the less it is worth.
-HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)
 
 
 def test_the_index_of_a_two_point_distribution_is_the_closed_form() -> None:

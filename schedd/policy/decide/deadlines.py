@@ -9,6 +9,7 @@ solved: guarantees stand until the next decision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 from schedd.policy.actions import Action, AdmitDeadline
@@ -68,7 +69,7 @@ def decide(view: View) -> list[Action]:
 
 
 def _deadline_jobs(
-    jobs: list[PendingJob] | list[PendingJob | PlacedJob], view: View, committed: bool
+    jobs: Sequence[PendingJob | PlacedJob], view: View, committed: bool
 ) -> list[DeadlineJob]:
     remaining = view.remaining
     return [

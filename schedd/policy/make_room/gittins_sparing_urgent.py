@@ -19,7 +19,7 @@ recheck_at = gittins.recheck_at
 
 
 def _urgent(job: PlacedJob, view: View) -> bool:
-    return job.deadline is not None and urgent_slack(job, view) is not None
+    return urgent_slack(job, view) is not None
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:

@@ -134,7 +134,7 @@ def fewest_victims(
     # first k at which GPU counts alone allow a fit is a lower bound, and usually the
     # answer: one placement confirms it; otherwise a binary search above it finds the
     # first fit in a few placements instead of one per victim.
-    lo = enough_gpus_at(job, view, eligible, leaving, free_total)
+    lo = _enough_gpus_at(job, view, eligible, leaving, free_total)
     if lo is None:
         return None
     found = _place_without(job, view, leaving + eligible[:lo], place)
@@ -156,7 +156,7 @@ def fewest_victims(
     return tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
 
 
-def enough_gpus_at(
+def _enough_gpus_at(
     job: PendingJob,
     view: View,
     eligible: list[PlacedJob],

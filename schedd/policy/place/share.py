@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from schedd.policy.placement import NoFit, Placement
+from schedd.policy.placement import NoFit, Placement, enough_cpus
 from schedd.policy.snapshot import Gpu, PendingJob, PlacedJob, Request, Shard, holds_gpus
 from schedd.policy.view import View
 
@@ -82,7 +82,7 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
             filtered[f"not node {request.node_id}, where the job is to run"] += 1
             continue
         cap = view.capacity[node_id]
-        if cap.cpus < request.cpus - 1e-9:
+        if not enough_cpus(cap.cpus, request.cpus):
             filtered["with too few free CPUs"] += 1
             continue
         if cap.memory_mib < request.memory_mib:
