@@ -282,7 +282,7 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
 
 
 def _awaiting_leavers(view: View) -> Wait:
-    leaving = [j.job_id for j in leaving_jobs(view)]
+    leaving = list(dict.fromkeys(j.job_id for j in leaving_jobs(view)))  # a job in pieces once
     named = ", ".join(leaving[:3]) + (f" and {len(leaving) - 3} more" if len(leaving) > 3 else "")
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from schedd.policy import deadline_admission
 from schedd.policy.actions import AdmitDeadline, Plan
 from schedd.policy.deadline_admission import DeadlineJob, decide
+from schedd.policy.gittins import ServiceHistory
 from schedd.policy.place.consolidate import rounded
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
@@ -274,18 +275,20 @@ def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
 # ---- the default-deadlines profile ------------------------------------------------
 
 
+@pytest.mark.parametrize("history", [HEAVY_TAIL, None], ids=["gittins", "no-history"])
 @pytest.mark.parametrize(("slack_s", "spared"), [(600.0, True), (10 * H, False)])
 def test_default_deadlines_spares_a_runner_whose_guaranteed_deadline_is_urgent(
-    slack_s: float, spared: bool
+    slack_s: float, spared: bool, history: ServiceHistory | None
 ) -> None:
     """A newcomer's Gittins index is above a long runner's: the default preempts it.
     With deadlines, a runner whose guaranteed deadline is 10 minutes of slack away is
-    spared; one with hours to spare is not."""
+    spared; one with hours to spare is not. Before any history is learned the
+    preemption is 2D-LAS's (the runner is past the first threshold), and spares alike."""
     n = node("a", 1)
     now = 10_000.0
     runner = placed("long", n, [0], started_at=0.0, attained_s=5_000.0, estimate_s=6_000.0)
     runner = with_deadline(runner, now + 1_000.0 + slack_s, True)  # 1,000 s of work left
-    snap = snapshot([n], [pending("new", 1, estimate_s=60.0)], [runner], service_history=HEAVY_TAIL)  # type: ignore[list-item]
+    snap = snapshot([n], [pending("new", 1, estimate_s=60.0)], [runner], service_history=history)  # type: ignore[list-item]
     assert preempted(run("default", snap, now=now)) == {"long"}
     plan = run("default-deadlines", snap, now=now)
     assert preempted(plan) == (set() if spared else {"long"})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from schedd.policy.actions import Migrate, Plan
 from schedd.policy.snapshot import MIGRATING, SUSPENDED, PlacedJob, Shard
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
@@ -150,3 +152,21 @@ def test_no_second_move_while_one_under_way_frees_the_node() -> None:
     )
     plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], [moving, *running[1:]]), now=1010.0)
     assert moves(plan) == {}  # a has 1 free and 1 leaving: enough for wide once it left
+
+
+@pytest.mark.parametrize(("gpus", "code"), [(2, "preempting"), (4, "no_capacity")])
+def test_a_shrink_in_place_frees_only_the_gpus_it_leaves(gpus: int, code: str) -> None:
+    """A job shrinking from four GPUs to two of them on the same node frees the other
+    two when it restarts: a waiting 2-GPU job waits for that, a 4-GPU job does not (the
+    shrunk job keeps two), so it is told there is no room rather than to wait for it.
+    (Its service puts it below the newcomer in 2D-LAS: a victim, were it not moving.)"""
+    a = node("a", 4)
+    shrinking = dataclasses.replace(
+        placed("elastic", a, [0, 1, 2, 3], started_at=0.0, attained_s=50_000.0),
+        state=MIGRATING,
+        moving_to=(Shard("a", ("a-g0", "a-g1")),),
+        state_since=1000.0,
+    )
+    plan = run("tiresias", snapshot([a], [pending("waiting", gpus)], [shrinking]), now=1000.0)
+    assert not launches(plan) and not preempted(plan)
+    assert plan.waiting["waiting"].code == code

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
 from schedd.policy.make_room import las
+from schedd.policy.make_room.las import SpareFn
 from schedd.policy.make_room.victims import (
     Eviction,
     GpuCount,
@@ -33,7 +33,6 @@ from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
 Row = tuple[float, float, str, PlacedJob]  # (rank negated, start negated, id, job)
-SpareFn = Callable[[PlacedJob, View], bool]
 
 
 class _Ranking:
@@ -115,7 +114,7 @@ def make_room(
     """`spare` says which running jobs are never victims (`gittins_sparing_urgent`)."""
     learned = table(view)
     if learned is None:
-        return las.make_room(job, view, place)
+        return las.make_room(job, view, place, spare)
     mine = -learned.index(job.attained_s)  # `rank` of a pending job, the table at hand
     # A job that found no victims leaves none for a job of the same request and a rank
     # no better (its candidates are fewer), for the rest of the cycle: capacity only

@@ -7,6 +7,7 @@ first), within the job's own tenant queue, and none younger than `min_run_s`.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from schedd.policy.make_room.victims import (
     Eviction,
@@ -19,6 +20,8 @@ from schedd.policy.make_room.victims import (
 from schedd.policy.order.las import level, placed_levels
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
+
+SpareFn = Callable[[PlacedJob, View], bool]
 
 
 def _by_level(view: View) -> dict[str, list[tuple[int, PlacedJob]]]:
@@ -34,16 +37,22 @@ def _by_level(view: View) -> dict[str, list[tuple[int, PlacedJob]]]:
     return known  # type: ignore[return-value]
 
 
-def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
+def make_room(
+    job: PendingJob, view: View, place: PlaceFn, spare: SpareFn | None = None
+) -> Eviction | None:
+    """`spare` says which running jobs are never victims (the Gittins make-room passes
+    its own on while it has no history to learn from)."""
     mine = level(job, view)
     # A job that found no victims leaves none for a job of the same request and a
     # level no better (its candidates are fewer), for the rest of the cycle: capacity
     # only shrinks as the plan goes on. With GPUs reserved, whether a job may use them
     # depends on its own estimate: then only the same level is known to fail.
-    memo = ("las", job.queue, job.request, mine if view.reserved else None)
+    memo = ("las", job.queue, job.request, mine if view.reserved else None, spare)
     if known_to_fail(view, memo, mine):
         return None
     ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]
+    if spare is not None:
+        ranked = [v for v in ranked if not spare(v, view)]
     victims = fewest_victims(job, view, ranked, place) if ranked else None
     if victims is None:
         remember_failure(view, memo, mine)

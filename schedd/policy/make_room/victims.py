@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import is_
 
 from schedd.policy.kept import Kept
 from schedd.policy.placement import NoFit, Placement, needs_spreading
-from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus, shard_requests
+from schedd.policy.snapshot import (
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+    holds_gpus,
+    shard_requests,
+)
 from schedd.policy.view import View
 
 PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
@@ -41,14 +48,37 @@ def protected(job: PlacedJob, view: View) -> bool:
 
 
 def leaving_jobs(view: View) -> list[PlacedJob]:
-    """Placed jobs already on their way out when the cycle began (in the snapshot)."""
+    """Placed jobs already on their way out when the cycle began (in the snapshot), as
+    what each will free: a job moving within a node (a shrink, or a move to other GPUs
+    there) frees only the GPUs it leaves behind, in pieces of one shard each."""
     key = ("leaving",)
     known = view.memo.get(key)
     if known is None:
         known = view.memo[key] = [
-            j for j in view.snapshot.placed if not j.stoppable and holds_gpus(j)
+            piece
+            for j in view.snapshot.placed
+            if not j.stoppable and holds_gpus(j)
+            for piece in _freed_pieces(j)
         ]
     return known  # type: ignore[return-value]
+
+
+def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
+    staying = {s.node_id: frozenset(s.gpu_uuids) for s in job.moving_to}
+    if not any(s.node_id in staying for s in job.shards):
+        return [job]  # it frees everything it runs on (its target is held apart)
+    pieces = []
+    for shard, part in zip(job.shards, shard_requests(job.request, job.shards), strict=True):
+        kept = staying.get(shard.node_id)
+        if kept is None:
+            pieces.append(replace(job, shards=(shard,), request=part))
+            continue
+        # It stays on this node: its CPUs and memory too.
+        freed = tuple(u for u in shard.gpu_uuids if u not in kept)
+        if freed:
+            piece = (Shard(shard.node_id, freed),)
+            pieces.append(replace(job, shards=piece, request=Request(len(freed), 0.0, 0)))
+    return pieces
 
 
 _by_queue = Kept[dict[str, list[PlacedJob]]]()
