@@ -564,8 +564,7 @@ async def set_suspended(
             suspended_at = CASE WHEN $4 THEN coalesce(suspended_at, now()) END,
             {_FOLD_UTIL_ALONE}
         WHERE id = $1 AND attempt = $2 AND state = 'running'
-          AND ({suspended_sql()}
-               AND coalesce((controls->>'time_sliced')::boolean, false)) = $6
+          AND ({suspended_sql()} AND {flag_sql("time_sliced")}) = $6
           AND NOT ($7 AND suspended_at IS NOT NULL)
         """,
         job_id,
@@ -592,10 +591,15 @@ _NOTE_SETTABLE = {
 STEPS_ALONE_KEPT = 20
 
 
+def flag_sql(flag: str, t: str | None = None) -> str:
+    """SQL: the job's (of the row `t`, or the one updated) boolean control `flag` is set."""
+    controls = "controls" if t is None else f"{t}.controls"
+    return f"coalesce(({controls}->>'{flag}')::boolean, false)"
+
+
 def suspended_sql(t: str | None = None) -> str:
     """SQL: the job (of the row `t`, or the one updated) is suspended."""
-    controls = "controls" if t is None else f"{t}.controls"
-    return f"coalesce(({controls}->>'suspended')::boolean, false)"
+    return flag_sql("suspended", t)
 
 
 def runs_beside(t: str) -> str:
@@ -686,7 +690,7 @@ async def hold_gpus(pool: asyncpg.Pool, job_id: str, attempt: int, reason: str) 
         UPDATE jobs SET controls = {_CONTROLS} || $4::jsonb, resumed_at = now(),
             util_alone_at = NULL
         WHERE id = $1 AND attempt = $2 AND state = 'running'
-          AND coalesce((controls->>'packed')::boolean, false)
+          AND {flag_sql("packed")}
           AND NOT {suspended_sql()}
         """,
         job_id,
