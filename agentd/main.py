@@ -39,6 +39,7 @@ def build_inventory(config: AgentConfig, backend: gpu.GpuBackend) -> Inventory:
         memory_mib=config.memory_mib or host_memory_mib(),
         labels=dict(config.labels),
         gpu_backend=backend.name,
+        address=config.advertise_address or None,
     )
 
 

@@ -24,7 +24,7 @@ from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
 from agentd.stager import StageError, Stager
 from shared import logging, shim
-from shared.protocol import JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
+from shared.protocol import Gang, JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
 
 log = logging.get("runner")
 
@@ -68,7 +68,31 @@ def base_env(launch: Launch) -> dict[str, str]:
             "GPUSCHED_ATTEMPT": str(launch.attempt),
         }
     )
+    if launch.gang is not None:
+        env.update(gang_env(launch.gang))
     return env
+
+
+def gang_env(gang: Gang) -> dict[str, str]:
+    """Where a part of a job spread over nodes is, in gpusched's names and in those
+    torch.distributed reads: `MASTER_ADDR`/`MASTER_PORT` (its env:// rendezvous) and
+    torchrun's own (`PET_*`, its options), so that `torchrun --nproc-per-node=N
+    train.py` needs nothing more on any node."""
+    rank, size, head, port = str(gang.rank), str(gang.size), gang.head, str(gang.port)
+    return {
+        "GPUSCHED_GANG_RANK": rank,
+        "GPUSCHED_GANG_SIZE": size,
+        "GPUSCHED_GANG_HEAD": head,
+        "GPUSCHED_GANG_PORT": port,
+        "NODE_RANK": rank,
+        "NNODES": size,
+        "MASTER_ADDR": head,
+        "MASTER_PORT": port,
+        "PET_NODE_RANK": rank,
+        "PET_NNODES": size,
+        "PET_MASTER_ADDR": head,
+        "PET_MASTER_PORT": port,
+    }
 
 
 class Runner:

@@ -22,6 +22,7 @@ from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.problems import Problem, invalid, not_found, unauthorized
 from schedd.scheduler import Scheduler
+from schedd.store import gangs as gang_parts
 from schedd.store import jobs, nodes, tokens
 from shared import logging
 from shared.model import TERMINAL, JobState, SpecError, parse_spec
@@ -248,6 +249,9 @@ class Api:
     async def get_job(self, request: web.Request) -> web.Response:
         row = await self._own_job(request)
         body = self._with_deadline_note(jobs.as_dict(row))
+        parts = await gang_parts.parts(self.pool, row["id"], row["attempt"])
+        if parts and body["placement"] is not None:
+            body["placement"]["parts"] = [gang_parts.as_dict(p) for p in parts]
         body["events"] = [
             {
                 "at": e["at"].isoformat(),
@@ -315,12 +319,14 @@ class Api:
         row = await self._own_job(request)
         follow = request.query.get("follow", "0") not in ("0", "false", "")
         offset = _int_param(request.query, "offset", default=0, low=0, high=2**62)
+        rank = _int_param(request.query, "rank", default=0, low=0, high=4096)
         if follow:
             row = await self._placed_soon(row)
         if row["node_id"] is None or row["attempt"] == 0:
             raise Problem(
                 409, "No logs yet", f"job {row['id']} has not run yet", state=row["state"]
             )
+        node_id = await self._log_node(row, rank)
         request_id = uuid.uuid4().hex
         queue: asyncio.Queue[LogChunk] = asyncio.Queue(LOG_QUEUE_CHUNKS)
         self.hub.log_streams[request_id] = queue
@@ -332,12 +338,12 @@ class Api:
             follow=follow,
         )
         try:
-            if not await self.hub.send(row["node_id"], ask):
+            if not await self.hub.send(node_id, ask):
                 raise Problem(
                     503,
                     "Node unavailable",
-                    f"node {row['node_id']} holding the logs is not connected",
-                    node_id=row["node_id"],
+                    f"node {node_id} holding the logs is not connected",
+                    node_id=node_id,
                 )
             # A follower may ask before the job has started; the agent waits for it to.
             first = await asyncio.wait_for(queue.get(), FOLLOW_WAIT_S if follow else 10.0)
@@ -362,7 +368,20 @@ class Api:
             raise Problem(504, "Node did not answer", "the node did not send the logs") from None
         finally:
             del self.hub.log_streams[request_id]
-            await self.hub.send(row["node_id"], LogCancel(request_id=request_id))
+            await self.hub.send(node_id, LogCancel(request_id=request_id))
+
+    async def _log_node(self, row: asyncpg.Record, rank: int) -> str:
+        """The node holding the logs of the job's part of that rank: its own node for a
+        job on one node (rank 0 only), a gang's part's node."""
+        parts = await gang_parts.parts(self.pool, row["id"], row["attempt"])
+        nodes_by_rank = [p["node_id"] for p in parts] or [row["node_id"]]
+        if rank >= len(nodes_by_rank):
+            raise invalid(
+                "rank",
+                f"job {row['id']} runs as {len(nodes_by_rank)} part(s): ranks 0 to"
+                f" {len(nodes_by_rank) - 1}",
+            )
+        return str(nodes_by_rank[rank])
 
     async def _placed_soon(self, row: asyncpg.Record) -> asyncpg.Record:
         """A follower of a job still waiting for its first placement waits for it too,

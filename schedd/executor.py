@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from schedd import job_controls
+from schedd import gangs, job_controls
 from schedd.hub import Hub
 from schedd.policy.actions import (
     Action,
@@ -25,12 +25,12 @@ from schedd.policy.actions import (
     Stop,
     Suspend,
 )
+from schedd.store import gangs as gang_parts
 from schedd.store import jobs
 from shared import logging
 from shared.config import SchedConfig
 from shared.model import JobState
 from shared.protocol import Kill
-from shared.protocol import Launch as LaunchMsg
 
 log = logging.get("executor")
 
@@ -131,41 +131,34 @@ class Executor:
         return True
 
     async def launch(self, action: Launch) -> bool:
-        # The live snapshot says multi_node=False, so a plan never spans nodes here.
-        (shard,) = action.shards
-        moved = await jobs.transition(
-            self.pool,
-            action.job_id,
-            JobState.ASSIGNED,
-            action.reason,
-            node_id=shard.node_id,
-            gpu_uuids=list(shard.gpu_uuids),
-            # The count it runs on: an elastic job may start on fewer than it asked for.
-            gpus=len(shard.gpu_uuids),
-        )
+        shards = action.shards
+        if len(shards) > 1:
+            parts = [(s.node_id, s.gpu_uuids) for s in shards]
+            moved = await gang_parts.place(self.pool, action.job_id, action.reason, parts)
+        else:
+            (shard,) = shards
+            moved = await jobs.transition(
+                self.pool,
+                action.job_id,
+                JobState.ASSIGNED,
+                action.reason,
+                node_id=shard.node_id,
+                gpu_uuids=list(shard.gpu_uuids),
+                # The count it runs on: an elastic job may start on fewer than it asked for.
+                gpus=len(shard.gpu_uuids),
+            )
         if not moved.ok:
             return False
         row = await jobs.get(self.pool, action.job_id)
         assert row is not None and moved.attempt is not None
-        spec = jobs.spec_of(row)
-        msg = LaunchMsg(
-            job_id=action.job_id,
-            attempt=moved.attempt,
-            user=row["user_name"],
-            argv=spec.argv(),
-            env=spec.env,
-            cwd=spec.cwd,
-            gpu_uuids=list(shard.gpu_uuids),
-            cpus=spec.cpus,
-            memory_mib=spec.memory_mib,
-            inputs=spec.inputs,
-            image=spec.image,
-            kind=row["kind"],
-            resume_from=row["checkpoint_path"],
-        )
-        if not await self.hub.send(shard.node_id, msg):
-            # The node went away between the snapshot and now; its return or loss requeues it.
-            log.warning("launch not delivered", job_id=action.job_id, node_id=shard.node_id)
+        head = self.hub.links.get(shards[0].node_id)
+        for node_id, msg in gangs.launches(
+            row, jobs.spec_of(row), moved.attempt, shards, head.address if head else ""
+        ):
+            if not await self.hub.send(node_id, msg):
+                # The node went away between the snapshot and now; its return or loss
+                # requeues the job (a gang's other parts are stopped then).
+                log.warning("launch not delivered", job_id=action.job_id, node_id=node_id)
         return True
 
     async def preempt(self, action: Preempt) -> bool:
@@ -216,17 +209,19 @@ class Executor:
         return moved
 
     async def kill(self, job_id: str) -> asyncpg.Record | None:
-        """Send the job's node a Kill (SIGTERM, SIGKILL after the grace); the job's row."""
+        """Send the job's node, or each node where a gang's part still runs, a Kill
+        (SIGTERM, SIGKILL after the grace); the job's row."""
         row = await jobs.get(self.pool, job_id)
-        if row is None or row["node_id"] is None:
+        if row is None:
             return row
-        await self.hub.send(
-            row["node_id"],
-            Kill(
-                job_id=job_id,
-                attempt=row["attempt"],
-                grace_s=self.config.kill_grace_s,
-                reason=row["reason"] or "cancelled",
-            ),
-        )
+        for node_id in await gangs.live_nodes(self.pool, row):
+            await self.hub.send(
+                node_id,
+                Kill(
+                    job_id=job_id,
+                    attempt=row["attempt"],
+                    grace_s=self.config.kill_grace_s,
+                    reason=row["reason"] or "cancelled",
+                ),
+            )
         return row

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,8 +16,10 @@ from dataclasses import dataclass
 import asyncpg
 from aiohttp import WSMsgType, web
 
-from schedd import job_controls
+from schedd import gangs, job_controls
+from schedd.exits import describe_exit
 from schedd.gpu_window import GpuWindow
+from schedd.store import gangs as gang_parts
 from schedd.store import jobs, nodes
 from shared import logging, protocol
 from shared.config import SchedConfig
@@ -51,6 +52,8 @@ class AgentLink:
     node_id: str
     ws: web.WebSocketResponse
     hello: Hello
+    # Where the node's peers reach it: what it advertises, else where it connected from.
+    address: str = ""
     # False until welcomed and reconciled: the scheduler places only on ready links, so a
     # launch never precedes the welcome and reconciliation never requeues a fresh launch.
     ready: bool = False
@@ -63,16 +66,6 @@ class AgentLink:
         except (ConnectionError, RuntimeError):
             return False
         return True
-
-
-def describe_exit(exit_code: int | None, sig: int | None) -> str:
-    if sig is not None:
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = str(sig)
-        return f"killed by signal {name}"
-    return f"exited with code {exit_code}"
 
 
 class Hub:
@@ -117,7 +110,8 @@ class Hub:
         if not isinstance(hello, Hello) or hello.protocol != protocol.PROTOCOL_VERSION:
             await ws.close(code=protocol.CLOSE_PROTOCOL_MISMATCH, message=b"protocol mismatch")
             return ws
-        link = AgentLink(hello.node_id, ws, hello)
+        address = hello.inventory.address or request.remote or ""
+        link = AgentLink(hello.node_id, ws, hello, address=address)
         try:
             await self._attach(link)
             async for msg in ws:
@@ -161,10 +155,12 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
-        await nodes.set_connected(self.pool, link.node_id, False)
-        log.info("agent disconnected", node_id=link.node_id)
+        # The timer first: a server that cancels the handler of a dropped connection
+        # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)
         self.wake()
+        log.info("agent disconnected", node_id=link.node_id)
+        await asyncio.shield(nodes.set_connected(self.pool, link.node_id, False))
 
     def start_lost_timer(self, node_id: str) -> None:
         if node_id in self.links or node_id in self._lost_timers or self.supervisor.closing:
@@ -178,11 +174,17 @@ class Hub:
         self._lost_timers.pop(node_id, None)
         reason = f"node {node_id} lost for {self.config.node_lost_after_s:g}s"
         for job in await jobs.placed(self.pool, node_id):
-            await self._forget(job["id"], job["attempt"], JobState(job["state"]), reason)
+            await self._forget(job, node_id, reason)
         self.wake()
 
-    async def _forget(self, job_id: str, attempt: int, state: JobState, why: str) -> None:
-        """A placed job that its node no longer runs: requeue it, or finish a cancel."""
+    async def _forget(self, job: asyncpg.Record, node_id: str, why: str) -> None:
+        """A placed job that its node no longer runs: requeue it, or finish a cancel;
+        for a gang, its part there is lost (`gangs.part_ended`)."""
+        job_id, attempt, state = job["id"], job["attempt"], JobState(job["state"])
+        if await gangs.part_ended(
+            self.pool, self.send, self.config.kill_grace_s, job, node_id, reason=why, lost=True
+        ):
+            return
         if state is JobState.CANCELLING:
             await jobs.transition(self.pool, job_id, JobState.CANCELLED, why, attempt=attempt)
         else:
@@ -196,7 +198,7 @@ class Hub:
         for job in await jobs.placed(self.pool, link.node_id):
             if (job["id"], job["attempt"]) not in reports:
                 why = f"node {link.node_id} does not know it (lost)"
-                await self._forget(job["id"], job["attempt"], JobState(job["state"]), why)
+                await self._forget(job, link.node_id, why)
         for report in link.hello.jobs:
             await self._apply_report(link, report)
         placed = await jobs.placed(self.pool, link.node_id)
@@ -277,6 +279,8 @@ class Hub:
                 log.warning("second hello ignored", node_id=link.node_id)
 
     async def _on_started(self, link: AgentLink, job_id: str, attempt: int) -> None:
+        # A gang's part: recorded as started; the job runs from its first part's start.
+        await gang_parts.started(self.pool, job_id, attempt, link.node_id)
         moved = await jobs.transition(
             self.pool, job_id, JobState.RUNNING, "started", attempt=attempt, node_id=link.node_id
         )
@@ -300,6 +304,18 @@ class Hub:
         row = await jobs.get(self.pool, event.job_id)
         words = describe_exit(event.exit_code, event.signal)
         if row is not None and row["attempt"] == event.attempt:
+            if await gangs.part_ended(
+                self.pool,
+                self.send,
+                self.config.kill_grace_s,
+                row,
+                link.node_id,
+                exit_code=event.exit_code,
+                exit_signal=event.signal,
+            ):
+                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+                self.wake()
+                return
             if row["state"] == JobState.PREEMPTING:
                 # Whatever the exit code: a preempted job is requeued (attempt kept).
                 await self._requeue_preempted(row, event.attempt, words, event.checkpoint)
@@ -348,6 +364,21 @@ class Hub:
 
     async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:
         row = await jobs.get(self.pool, event.job_id)
+        if (
+            row is not None
+            and row["attempt"] == event.attempt
+            and await gangs.part_ended(
+                self.pool,
+                self.send,
+                self.config.kill_grace_s,
+                row,
+                link.node_id,
+                reason=event.reason,
+            )
+        ):
+            await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+            self.wake()
+            return
         if (
             row is not None
             and row["attempt"] == event.attempt

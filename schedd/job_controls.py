@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from schedd.store import gangs as gang_parts
 from schedd.store import jobs
 from shared import logging
 from shared.model import TERMINAL, JobKind, JobState
@@ -45,6 +46,13 @@ class ControlRefused(Exception):
 async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
     if row["state"] != JobState.RUNNING:
         raise ControlRefused(f"cannot {what} job {row['id']}: it is {row['state']}, not running")
+    parts = await gang_parts.parts(pool, row["id"], row["attempt"])
+    if parts:
+        # A control acts through one node's shim; a gang's parts would have to act as one.
+        raise ControlRefused(
+            f"cannot {what} job {row['id']}: it runs on {len(parts)} nodes, and job controls"
+            " act on jobs on one node only"
+        )
 
 
 def _not_connected(row: asyncpg.Record) -> ControlRefused:

@@ -441,7 +441,7 @@ class Scheduler:
             pending=pending,
             queues=self.queues,
             usage=usage,
-            multi_node=False,  # the live runner starts a job on one node
+            multi_node=True,  # a job larger than any node runs as a gang (schedd.gangs)
             service_history=service,
         )
 
@@ -690,7 +690,7 @@ def _placed(
         job_id=row["id"],
         user=row["user_name"],
         queue=row["queue"],
-        shards=(Shard(row["node_id"], tuple(row["gpu_uuids"])),),
+        shards=_shards(row),
         request=_request(row),
         state=state,
         started_at=started,
@@ -709,6 +709,13 @@ def _placed(
         progress_ratio=_progress_ratio(row, packed_since),
         packable=controls.get("packable", True) is not False,
     )
+
+
+def _shards(row: asyncpg.Record) -> tuple[Shard, ...]:
+    """Where a placed job is: its one node, or a gang's parts by rank."""
+    if row["parts"]:
+        return tuple(Shard(node_id, tuple(uuids)) for node_id, uuids in row["parts"])
+    return (Shard(row["node_id"], tuple(row["gpu_uuids"])),)
 
 
 def _progress_ratio(row: asyncpg.Record, packed_since: float | None) -> float | None:

@@ -132,6 +132,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     join_token: str | None = None
     join_token_file: str | None = None
     node_id: str = ""
+    # Where the other nodes reach this one (a gang's head); "": as schedd sees it connect.
+    advertise_address: str = ""
     state_dir: str = "/var/lib/gpusched-agent"
     # Topology labels, e.g. rack and domain, used by placement.
     labels: dict[str, str] = {}

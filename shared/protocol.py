@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 2  # 2: SetKind; an agent must speak the version schedd does
+PROTOCOL_VERSION = 3  # 2: SetKind; 3: gangs (Launch.gang, Inventory.address); agents must match
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
@@ -55,6 +55,9 @@ class Inventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     memory_mib: int
     labels: dict[str, str] = {}
     gpu_backend: str = "simulated"
+    # Where the node's peers reach it (the agent's `advertise_address`): a gang's other
+    # parts find its head there. None: the address schedd sees the agent connect from.
+    address: str | None = None
 
 
 class JobReport(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -179,6 +182,16 @@ class Welcome(Msg, tag="welcome"):
     protocol: int
 
 
+class Gang(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One node's part of a job spread over several: its rank (0 on the head node), how
+    many parts there are, and where the head listens for the others."""
+
+    rank: int
+    size: int
+    head: str
+    port: int
+
+
 class Launch(Msg, tag="launch"):
     job_id: str
     attempt: int
@@ -193,6 +206,7 @@ class Launch(Msg, tag="launch"):
     image: str | None = None
     kind: Literal["guaranteed", "opportunistic"] = "guaranteed"
     resume_from: str | None = None  # a checkpoint the job's shim resumes from
+    gang: Gang | None = None  # set for each part of a job spread over nodes
 
 
 class Kill(Msg, tag="kill"):

@@ -211,9 +211,13 @@ async def pending_by_queue(pool: asyncpg.Pool) -> dict[str, int]:
 
 
 async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg.Record]:
-    """Jobs holding resources, on one node or everywhere."""
+    """Jobs holding resources, on one node or everywhere; on one node, a gang whose part
+    there has not ended too. `parts`: a gang's parts as (node, GPUs), by rank; NULL for
+    a job on one node."""
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, state, attempt, node_id, gpu_uuids,"
+        " (SELECT jsonb_agg(jsonb_build_array(p.node_id, p.gpu_uuids) ORDER BY p.rank)"
+        "  FROM job_parts p WHERE p.job_id = jobs.id AND p.attempt = jobs.attempt) AS parts,"
         " gpus, cpus, memory_mib, gpu_memory_mib, started_at, estimated_runtime_s, attained_gpu_s,"
         f" {_PLANNING_COLUMNS}, controls, paused_s, migrate_to, migrate_gpu_uuids, checkpointable,"
         " resize_to, min_gpus, max_gpus, (progress->>'step_wall_s')::float8 AS step_wall_s,"
@@ -223,7 +227,9 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
         " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
         " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
-        " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2)",
+        " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2 OR id IN ("
+        "  SELECT job_id FROM job_parts p WHERE p.node_id = $2 AND p.ended_at IS NULL"
+        "  AND p.attempt = jobs.attempt))",
         [s.value for s in HOLDS_RESOURCES],
         node_id,
     )

@@ -71,7 +71,9 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                 SELECT j.id, max(s.mem) AS mem, avg(s.util)::float8 AS util
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
                 JOIN jobs j
-                  ON j.state = 'running' AND j.node_id = $4 AND s.uuid = ANY(j.gpu_uuids)
+                  ON j.state = 'running' AND s.uuid = ANY(j.gpu_uuids)
+                  AND (j.node_id = $4 OR j.id IN (  -- a gang's part on this node
+                      SELECT job_id FROM job_parts WHERE node_id = $4 AND ended_at IS NULL))
                   -- A suspended job's GPUs show what another job does there.
                   AND NOT {suspended_sql("j")}
                 GROUP BY j.id

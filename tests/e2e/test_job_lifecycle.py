@@ -80,9 +80,11 @@ def test_cancel_of_a_running_job_leaves_no_process_behind(running: Cluster, tmp_
         wait_until(lambda p=pid: not _alive(p), timeout=5, what=f"pid {pid} gone")
 
 
-def test_a_job_too_large_for_any_node_waits_with_the_reason(running: Cluster) -> None:
+def test_a_job_too_large_for_the_cluster_waits_with_the_reason(running: Cluster) -> None:
+    """Larger than any node it would run as a gang (test_gangs.py); larger than every
+    node together, it waits for more to join."""
     alice = running.token("alice")
-    job_id = running.submit(alice, script="true", gpus=3)
+    job_id = running.submit(alice, script="true", gpus=5)
 
     def reason() -> dict[str, str] | None:
         job = running.job(alice, job_id)
@@ -91,7 +93,7 @@ def test_a_job_too_large_for_any_node_waits_with_the_reason(running: Cluster) ->
     why = wait_until(reason, what="a pending reason")
     assert why == {
         "code": "too_large",
-        "reason": "asks for 3 GPUs on one node; the largest node has 2",
+        "reason": "asks for 5 GPUs; the cluster has 4",
     }
     # It does not hold up jobs that fit.
     small = running.submit(alice, script="true", gpus=1)

@@ -118,18 +118,18 @@ async def placed(schedd: Schedd) -> dict[str, PlacedJob]:
 
 async def api_get(schedd: Schedd, token: str, path: str) -> dict[str, Any]:
     """What the API answers a GET of `path` with `token`, which must be a 200."""
-    status, body = await _api(schedd, token, "GET", path)
+    status, body = await api_call(schedd, token, "GET", path)
     assert status == 200, body
     return dict(body)
 
 
 async def control(schedd: Schedd, token: str, job_id: str, name: str) -> int:
     """The status the API answers a control of the job (`suspend`, `resume`, ...) with."""
-    status, _ = await _api(schedd, token, "POST", f"/v1/jobs/{job_id}/{name}")
+    status, _ = await api_call(schedd, token, "POST", f"/v1/jobs/{job_id}/{name}")
     return status
 
 
-async def _api(schedd: Schedd, token: str, method: str, path: str) -> tuple[int, Any]:
+async def api_call(schedd: Schedd, token: str, method: str, path: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as http,
         http.request(

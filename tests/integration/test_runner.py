@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentd.runner import Runner
-from shared.protocol import JobExited, JobFailed, JobStarted, Launch, Msg
+from shared.protocol import Gang, JobExited, JobFailed, JobStarted, Launch, Msg
 
 
 class Outbox:
@@ -57,6 +57,26 @@ async def test_exit_code_and_output_are_recorded(tmp_path: Path) -> None:
     assert (exited.exit_code, exited.signal) == (3, None)
     log = (runner.job_dir("j1", 1) / "output.log").read_text()
     assert log == "gpus GPU-a,GPU-b\n"
+
+
+async def test_a_gangs_part_is_told_its_rank_and_where_the_head_listens(tmp_path: Path) -> None:
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    names = ["GPUSCHED_GANG_RANK", "GPUSCHED_GANG_SIZE", "GPUSCHED_GANG_HEAD",
+             "GPUSCHED_GANG_PORT", "NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT",
+             "PET_NODE_RANK", "PET_NNODES", "PET_MASTER_ADDR", "PET_MASTER_PORT"]  # fmt: skip
+    code = f"import os; print(' '.join(os.environ.get(n, '-') for n in {names!r}))"
+    gang = Gang(rank=1, size=3, head="10.0.0.7", port=29417)
+    await runner.start(launch("j1", code, gang=gang, env={"MASTER_PORT": "1"}))
+    await out.wait_for(JobExited)
+    log = (runner.job_dir("j1", 1) / "output.log").read_text()
+    assert log.split() == ["1", "3", "10.0.0.7", "29417"] * 3
+    # A job on one node is told nothing of gangs.
+    alone = Outbox()
+    runner = Runner(tmp_path / "alone", alone.post)
+    await runner.start(launch("j2", code))
+    await alone.wait_for(JobExited)
+    assert (runner.job_dir("j2", 1) / "output.log").read_text().split() == ["-"] * 12
 
 
 async def test_a_command_that_cannot_start_fails_with_the_reason(tmp_path: Path) -> None:
