@@ -7,6 +7,8 @@ the agent's next hello reconciles it.
 
 from __future__ import annotations
 
+import ipaddress
+
 import asyncpg
 
 from schedd import gangs, job_controls
@@ -152,9 +154,19 @@ class Executor:
         row = await jobs.get(self.pool, action.job_id)
         assert row is not None and moved.attempt is not None
         head = self.hub.links.get(shards[0].node_id)
-        for node_id, msg in gangs.launches(
-            row, jobs.spec_of(row), moved.attempt, shards, head.address if head else ""
-        ):
+        address = head.address if head else ""
+        others = [self.hub.links.get(s.node_id) for s in shards[1:]]
+        if _loopback(address) and any(o is not None and not _loopback(o.address) for o in others):
+            # Where no address is advertised, the one schedd sees; on schedd's own host
+            # that is loopback, which nodes elsewhere cannot reach.
+            log.warning(
+                "gang head unreachable from other nodes",
+                job_id=action.job_id,
+                node_id=shards[0].node_id,
+                address=address,
+                fix="set advertise_address in that node's agentd.toml",
+            )
+        for node_id, msg in gangs.launches(row, jobs.spec_of(row), moved.attempt, shards, address):
             if not await self.hub.send(node_id, msg):
                 # The node went away between the snapshot and now; its return or loss
                 # requeues the job (a gang's other parts are stopped then).
@@ -225,3 +237,10 @@ class Executor:
                 ),
             )
         return row
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"

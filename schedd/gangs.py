@@ -18,6 +18,7 @@ follows from its parts':
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -26,7 +27,7 @@ from schedd.policy.snapshot import Request, Shard, shard_requests
 from schedd.store import gangs as parts_store
 from schedd.store import jobs
 from shared import logging
-from shared.model import JobSpec, JobState
+from shared.model import HOLDS_RESOURCES, JobSpec, JobState
 from shared.protocol import Gang, Kill, Launch, Msg
 
 log = logging.get("gangs")
@@ -126,12 +127,26 @@ async def part_ended(
         return False
     left = parts_store.running(parts)
     if left:
-        this = next(p for p in parts if p["node_id"] == node_id)
-        if parts_store.failed(this):
-            await _break_up(pool, send, grace_s, row, this, left)
+        # The first failure breaks the gang up; later ones are its other parts stopping.
+        first = first_failure(parts)
+        if first is not None and first["node_id"] == node_id:
+            await _break_up(pool, send, grace_s, row, first, left)
         return True
     await _settle(pool, job_id, attempt, parts)
     return True
+
+
+def first_failure(parts: Sequence[asyncpg.Record]) -> asyncpg.Record | None:
+    """The part whose failure came first (lowest rank among equal times), if any did."""
+    failures = [p for p in parts if parts_store.failed(p)]
+    return min(failures, key=lambda p: (p["ended_at"], p["rank"]), default=None)
+
+
+async def broken(pool: asyncpg.Pool, job_id: str, attempt: int) -> str | None:
+    """Why the attempt's gang is broken (its first failed part), or None: not broken, or
+    a job on one node."""
+    first = first_failure(await parts_store.parts(pool, job_id, attempt))
+    return None if first is None else _words(first)
 
 
 def _words(part: asyncpg.Record) -> str:
@@ -178,37 +193,42 @@ async def _break_up(
 async def _settle(
     pool: asyncpg.Pool, job_id: str, attempt: int, parts: Sequence[asyncpg.Record]
 ) -> None:
-    """Every part has ended: the job ends, or is requeued, accordingly."""
-    row = await jobs.get(pool, job_id)
-    if row is None or row["attempt"] != attempt:
-        return
-    state = JobState(row["state"])
-    failures = sorted(
-        (p for p in parts if parts_store.failed(p)), key=lambda p: (p["ended_at"], p["rank"])
-    )
-    first = failures[0] if failures else None
+    """Every part has ended: the job ends, or is requeued, accordingly. A cancel or a
+    preemption committed meanwhile changes the outcome: read again, and try again."""
+    for _ in range(_SETTLE_TRIES):
+        row = await jobs.get(pool, job_id)
+        if row is None or row["attempt"] != attempt or row["state"] not in HOLDS_RESOURCES:
+            return  # settled already, or moved on
+        state = JobState(row["state"])
+        target, words, sets = _outcome(state, row, parts)
+        moved = await jobs.transition(
+            pool, job_id, target, words, attempt=attempt, only_from=(state,), **sets
+        )
+        if moved.ok:
+            return
+    log.warning("gang not settled", job_id=job_id, attempt=attempt, tries=_SETTLE_TRIES)
+
+
+_SETTLE_TRIES = 5
+
+
+def _outcome(
+    state: JobState, row: asyncpg.Record, parts: Sequence[asyncpg.Record]
+) -> tuple[JobState, str, dict[str, Any]]:
+    """What a job whose parts have all ended becomes: (state, words, columns to set)."""
+    first = first_failure(parts)
     words = "every part exited with code 0" if first is None else _words(first)
     if state is JobState.CANCELLING:
-        await jobs.transition(pool, job_id, JobState.CANCELLED, words, attempt=attempt)
-        return
-    lost = [p for p in parts if p["lost"]]
-    if state is JobState.PREEMPTING or lost:
-        why = (row["reason"] or "preempted") if state is JobState.PREEMPTING else _words(lost[0])
+        return JobState.CANCELLED, words, {}
+    if state is JobState.PREEMPTING or (first is not None and first["lost"]):
+        # Preempted, or broken up by the loss of a node: requeued, as a job on one node.
+        why = (row["reason"] or "preempted") if state is JobState.PREEMPTING else words
         requeued = f"requeued ({why}): every part has stopped"
-        await jobs.transition(
-            pool, job_id, JobState.PENDING, requeued, attempt=attempt, reason=requeued
-        )
-        return
+        return JobState.PENDING, requeued, {"reason": requeued}
     if first is None:
-        await jobs.transition(pool, job_id, JobState.SUCCEEDED, words, attempt=attempt, exit_code=0)
-        return
-    await jobs.transition(
-        pool,
-        job_id,
+        return JobState.SUCCEEDED, words, {"exit_code": 0}
+    return (
         JobState.FAILED,
         words,
-        attempt=attempt,
-        exit_code=first["exit_code"],
-        exit_signal=first["exit_signal"],
-        reason=words,
+        {"exit_code": first["exit_code"], "exit_signal": first["exit_signal"], "reason": words},
     )

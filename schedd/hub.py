@@ -89,7 +89,27 @@ class Hub:
         self.gpu_window = GpuWindow(config.gpu_window_s)
         self.log_streams: dict[str, asyncio.Queue[LogChunk]] = {}
         self._lost_timers: dict[str, asyncio.Task[None]] = {}
+        # Nodes away, not lost yet: (GPUs, away since). A job one of them could hold
+        # waits for it rather than run across smaller nodes (`largest_node_gpus`).
+        self._away: dict[str, tuple[int, float]] = {}
         self._join_token = config.resolved_join_token().encode()
+
+    async def recall(self) -> None:
+        """At start-up: the nodes of the last run may yet come back, and the jobs placed
+        on nodes that never do must not hang (each such node gets its lost timer)."""
+        for node in await nodes.disconnect_all(self.pool, self.config.node_lost_after_s):
+            self._away[node["node_id"]] = (node["gpus"], node["away_since"])
+        for row in await jobs.placed(self.pool):
+            for node_id in {row["node_id"], *(n for n, _ in row["parts"] or ())}:
+                self.start_lost_timer(node_id)
+
+    def largest_node_gpus(self) -> int:
+        """The GPUs of the largest node connected, or away for less than
+        `node_lost_after_s` (it is then expected back)."""
+        since = time.time() - self.config.node_lost_after_s
+        sizes = [len(link.hello.inventory.gpus) for link in self.links.values()]
+        sizes += [gpus for gpus, away in self._away.values() if away > since]
+        return max(sizes, default=0)
 
     # ---- connection --------------------------------------------------------
 
@@ -134,6 +154,7 @@ class Hub:
         # Published before the first await below, so that the old link's detach sees it
         # replaced, and kills sent for this node from now on reach the new link.
         self.links[node_id] = link
+        self._away.pop(node_id, None)
         timer = self._lost_timers.pop(node_id, None)
         if timer is not None:
             timer.cancel()
@@ -155,6 +176,7 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
+        self._away[link.node_id] = (len(link.hello.inventory.gpus), time.time())
         # The timer first: a server that cancels the handler of a dropped connection
         # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)
@@ -287,10 +309,15 @@ class Hub:
         if moved.ok:
             self.job_started()
             return
-        if moved.attempt == attempt and moved.current is JobState.RUNNING:
-            return  # a repeated report, e.g. in a reconnect's hello
         same = moved.attempt == attempt
-        if same and moved.current in (JobState.CANCELLING, JobState.PREEMPTING):
+        if same and moved.current is JobState.RUNNING:
+            # A repeated report (a reconnect's hello, a gang's later part), unless it is
+            # a part of a gang broken meanwhile whose kill did not reach it: again.
+            broken = await gangs.broken(self.pool, job_id, attempt)
+            if broken is None:
+                return
+            why = f"gang broken: {broken}"
+        elif same and moved.current in (JobState.CANCELLING, JobState.PREEMPTING):
             # Its kill may have raced the start on the agent, or been lost: again.
             why = "cancelled" if moved.current is JobState.CANCELLING else "preempted"
         else:

@@ -46,6 +46,10 @@ class ControlRefused(Exception):
 async def _running(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
     if row["state"] != JobState.RUNNING:
         raise ControlRefused(f"cannot {what} job {row['id']}: it is {row['state']}, not running")
+    await _on_one_node(pool, row, what)
+
+
+async def _on_one_node(pool: asyncpg.Pool, row: asyncpg.Record, what: str) -> None:
     parts = await gang_parts.parts(pool, row["id"], row["attempt"])
     if parts:
         # A control acts through one node's shim; a gang's parts would have to act as one.
@@ -137,6 +141,8 @@ async def set_kind(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, k
         raise ControlRefused(f"cannot make running job {row['id']} {kind}")
     if state not in (JobState.PENDING, JobState.RUNNING):
         raise ControlRefused(f"cannot make job {row['id']} {kind}: it is {state}")
+    if state == JobState.RUNNING:
+        await _on_one_node(pool, row, f"make {kind}")
     controls = controls_of(row)
     if state == JobState.RUNNING:
         controls = {**controls, "share": 100, "memory_cap_mib": None}

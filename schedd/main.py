@@ -14,7 +14,7 @@ from schedd.api import Api, build_app
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.scheduler import Scheduler
-from schedd.store import db, embedded, jobs, nodes
+from schedd.store import db, embedded
 from shared import daemon, logging, systemd
 from shared.config import ConfigError, SchedConfig
 from shared.tasks import Supervisor
@@ -31,16 +31,13 @@ async def async_main(config: SchedConfig) -> None:
         dsn = pg.dsn
     pool = await db.connect(dsn, config.db_pool_size)
     try:
-        await nodes.disconnect_all(pool)
         hub = Hub(pool, config, supervisor)
+        await hub.recall()
         executor = Executor(pool, hub, config)
         scheduler = Scheduler(pool, hub, executor, config)
         hub.wake = scheduler.wake
         hub.gpus_sampled = scheduler.gpus_sampled
         hub.job_started = scheduler.job_started
-        # Jobs placed on nodes that never come back after this restart must not hang.
-        for node_id in {r["node_id"] for r in await jobs.placed(pool)}:
-            hub.start_lost_timer(node_id)
 
         app = build_app(Api(pool, hub, scheduler, executor), config.max_body_bytes)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -442,6 +442,7 @@ class Scheduler:
             queues=self.queues,
             usage=usage,
             multi_node=True,  # a job larger than any node runs as a gang (schedd.gangs)
+            largest_node_gpus=self.hub.largest_node_gpus(),
             service_history=service,
         )
 

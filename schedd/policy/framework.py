@@ -31,7 +31,7 @@ from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKin
 from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.place import share
-from schedd.policy.placement import NoFit, Placement, node_can_ever_fit
+from schedd.policy.placement import NoFit, Placement, needs_spreading, node_can_ever_fit
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
@@ -88,7 +88,8 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
     """A Wait when no connected node (or, for a gang, the whole cluster) could run it."""
     request = job.request
     nodes = view.snapshot.nodes
-    if view.snapshot.multi_node and request.gpus > max(len(n.gpus) for n in nodes):
+    connected = max(len(n.gpus) for n in nodes)
+    if needs_spreading(job, view):
         if request.gpus > view.total.gpus:
             return Wait(
                 "too_large",
@@ -98,10 +99,17 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
     why = [node_can_ever_fit(n, request) for n in nodes]
     if not all(why):
         return None
-    largest = max(len(n.gpus) for n in nodes)
-    if request.gpus > largest:
+    if request.gpus > connected:
+        away = view.snapshot.largest_node_gpus
+        if view.snapshot.multi_node and request.gpus <= away:
+            return Wait(
+                "too_large",
+                f"asks for {request.gpus} GPUs: the largest connected node has {connected},"
+                f" and it waits for a node of {away} that is away rather than run across nodes",
+            )
         return Wait(
-            "too_large", f"asks for {request.gpus} GPUs on one node; the largest node has {largest}"
+            "too_large",
+            f"asks for {request.gpus} GPUs on one node; the largest node has {connected}",
         )
     return Wait("too_large", f"no node could ever run it: {why[0]} (e.g. {nodes[0].node_id})")
 
@@ -293,9 +301,10 @@ _never_fit = Kept[dict[Request, Wait | None]]()
 
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
     snapshot = view.snapshot
-    known = _never_fit.get(snapshot.nodes, snapshot.multi_node)
+    key = (snapshot.nodes, snapshot.multi_node, snapshot.largest_node_gpus)
+    known = _never_fit.get(*key)
     if known is None:
-        known = _never_fit.put({}, snapshot.nodes, snapshot.multi_node)
+        known = _never_fit.put({}, *key)
     if job.request not in known:
         known[job.request] = never_fits(view, job)
     return known[job.request]

@@ -52,7 +52,12 @@ def node_can_ever_fit(node: Node, request: Request) -> str | None:
 
 
 def needs_spreading(job: PendingJob | PlacedJob, view: View) -> bool:
-    return view.snapshot.multi_node and job.request.gpus > len(view.by_free) - 1
+    """Whether the job is larger than any node (a gang across nodes, where the shell
+    runs those): larger than the connected ones and than any that is briefly away."""
+    snapshot = view.snapshot
+    return snapshot.multi_node and job.request.gpus > max(
+        len(view.by_free) - 1, snapshot.largest_node_gpus
+    )
 
 
 def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:

@@ -217,6 +217,10 @@ class Snapshot:
     queues: tuple[QueueSpec, ...] = ()  # configured queues; others are unlimited, weight 1
     usage: Usage = field(default_factory=Usage)
     multi_node: bool = False  # whether the shell can run one job across nodes
+    # The GPUs of the largest node that may run jobs here, connected or briefly away (0:
+    # the largest connected one). A job that such a node could hold waits for it rather
+    # than run across smaller ones that happen to be connected (after a restart, say).
+    largest_node_gpus: int = 0
     # GPU-seconds that finished jobs took, for policies that learn the distribution.
     service_history: ServiceHistory | None = None
 

@@ -96,7 +96,8 @@ async def ended(
         )
         found = await conn.fetchrow(
             "UPDATE job_parts SET"
-            " ended_at = coalesce(ended_at, now()),"
+            # In the order the endings took the lock: the first failure is the first here.
+            " ended_at = coalesce(ended_at, clock_timestamp()),"
             " exit_code = CASE WHEN ended_at IS NULL THEN $4 ELSE exit_code END,"
             " exit_signal = CASE WHEN ended_at IS NULL THEN $5 ELSE exit_signal END,"
             " reason = CASE WHEN ended_at IS NULL THEN $6 ELSE reason END,"

@@ -46,9 +46,26 @@ async def set_connected(pool: asyncpg.Pool, node_id: str, connected: bool) -> No
     )
 
 
-async def disconnect_all(pool: asyncpg.Pool) -> None:
-    """At start-up no agent is connected yet, whatever the last run left behind."""
-    await pool.execute("UPDATE nodes SET connected = false WHERE connected")
+async def disconnect_all(pool: asyncpg.Pool, recent_s: float) -> list[asyncpg.Record]:
+    """At start-up no agent is connected yet, whatever the last run left behind. Returns
+    the nodes that may yet come back (`node_id`, `gpus`, `away_since`): those connected
+    when the last run ended (away since now) and those seen within `recent_s`."""
+    return await pool.fetch(
+        """
+        WITH was AS (
+            SELECT node_id, connected, last_seen FROM nodes
+            WHERE connected OR last_seen > now() - make_interval(secs => $1)
+        ), off AS (
+            UPDATE nodes SET connected = false WHERE connected
+        )
+        SELECT w.node_id, count(g.uuid)::int AS gpus,
+               extract(epoch FROM CASE WHEN w.connected THEN now() ELSE w.last_seen END)::float8
+                   AS away_since
+        FROM was w LEFT JOIN gpus g USING (node_id)
+        GROUP BY w.node_id, w.connected, w.last_seen
+        """,
+        recent_s,
+    )
 
 
 async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSample]) -> None:

@@ -39,6 +39,7 @@ async def start_schedd(pool: asyncpg.Pool, **config: object) -> AsyncIterator[Sc
     cfg = SchedConfig(join_token=JOIN_TOKEN, **config)  # type: ignore[arg-type]
     supervisor = Supervisor()
     hub = Hub(pool, cfg, supervisor)
+    await hub.recall()  # as schedd/main.py does at start
     executor = Executor(pool, hub, cfg)
     scheduler = Scheduler(pool, hub, executor, cfg)
     hub.wake = scheduler.wake

@@ -13,11 +13,12 @@ import aiohttp
 import asyncpg
 import pytest
 
+from schedd.policy.actions import Preempt
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobSpec
 from tests.integration.fake_agent import FakeAgent, agent_on, reasons, state_becomes
-from tests.integration.inprocess import Schedd, api_call, api_get, start_schedd
+from tests.integration.inprocess import Schedd, api_call, api_get, sends_lost, start_schedd
 
 ALICE = "alice"
 SAMPLES = "SELECT gpu_util_samples FROM jobs WHERE id = $1"
@@ -269,3 +270,106 @@ async def test_every_parts_gpu_samples_count_toward_the_jobs_usage(
             await asyncio.sleep(0.01)
     row = await pool.fetchrow("SELECT gpu_memory_peak_mib FROM jobs WHERE id = $1", job_id)
     assert row["gpu_memory_peak_mib"] == 7000  # the busiest GPU, on the other part's node
+
+
+async def test_a_preempted_gang_is_requeued_once_every_part_has_stopped(
+    schedd: Schedd, pool: asyncpg.Pool, nodes: list[FakeAgent]
+) -> None:
+    job_id, parts = await launched(schedd, pool, nodes)
+    await start_all(pool, job_id, parts)
+    reason = "preempted: queue a reclaims its guarantee for job j-x"
+    assert await schedd.scheduler.executor.execute(Preempt(job_id, reason))
+    for agent, _ in parts.values():
+        kill = await agent.expect(p.Kill)
+        assert (kill.job_id, kill.reason) == (job_id, reason)
+        await agent.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+        await agent.expect(p.ExitAck)
+    row = await state_becomes(pool, job_id, "pending")
+    assert row["reason"] == f"requeued ({reason}): every part has stopped"
+
+
+async def test_a_part_whose_kill_was_lost_is_killed_when_its_node_reports_it_again(
+    schedd: Schedd, pool: asyncpg.Pool, nodes: list[FakeAgent]
+) -> None:
+    job_id, parts = await launched(schedd, pool, nodes)
+    await start_all(pool, job_id, parts)
+    (head, _), (other, _) = parts[0], parts[1]
+    with sends_lost(schedd):  # the break-up's kill to the head never arrives
+        await other.send(p.JobExited(job_id=job_id, attempt=1, exit_code=3))
+        await state_becomes_part_ended(pool, job_id, rank=1)
+    # The head's agent reconnects, still running its part: killed now.
+    await head.close()
+    head = await FakeAgent(schedd.server, head.node_id).connect(
+        p.JobReport(job_id=job_id, attempt=1, status="running")
+    )
+    kill = await head.expect(p.Kill)
+    assert kill.reason == f"gang broken: part 1 on node {other.node_id}: exited with code 3"
+    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    row = await state_becomes(pool, job_id, "failed")
+    assert row["exit_code"] == 3
+    await head.close()
+
+
+async def test_a_gang_broken_by_a_failure_fails_even_if_a_node_is_lost_after(
+    schedd: Schedd, pool: asyncpg.Pool, nodes: list[FakeAgent]
+) -> None:
+    job_id, parts = await launched(schedd, pool, nodes)
+    await start_all(pool, job_id, parts)
+    (head, _), (other, _) = parts[0], parts[1]
+    with sends_lost(schedd):
+        await other.send(p.JobExited(job_id=job_id, attempt=1, exit_code=3))
+        await state_becomes_part_ended(pool, job_id, rank=1)
+    await head.close()  # and never comes back: its part is lost
+    row = await state_becomes(pool, job_id, "failed")
+    assert row["reason"] == f"part 1 on node {other.node_id}: exited with code 3"
+
+
+async def test_after_a_restart_a_part_on_a_node_that_never_returns_is_lost(
+    pool: asyncpg.Pool,
+) -> None:
+    async with start_schedd(pool) as first:
+        agents = [await agent_on(first, "n1"), await agent_on(first, "n2")]
+        job_id, parts = await launched(first, pool, agents)
+        await start_all(pool, job_id, parts)
+    # schedd restarts; only the head's node comes back.
+    (head, _), (other, _) = parts[0], parts[1]
+    for agent in agents:
+        await agent.close()
+    async with start_schedd(pool, node_lost_after_s=0.3, kill_grace_s=5.0) as second:
+        back = await FakeAgent(second.server, head.node_id).connect(
+            p.JobReport(job_id=job_id, attempt=1, status="running"), hub=second.hub
+        )
+        kill = await back.expect(p.Kill)
+        lost = f"part 1 on node {other.node_id}: node {other.node_id} lost for 0.3s"
+        assert kill.reason == f"gang broken: {lost}"
+        await back.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+        await state_becomes(pool, job_id, "pending")
+        await back.close()
+
+
+async def test_a_job_that_a_node_away_could_hold_waits_for_it(
+    schedd: Schedd, pool: asyncpg.Pool, nodes: list[FakeAgent]
+) -> None:
+    """A 4-GPU node restarts: a 4-GPU job waits for it rather than split over the two
+    2-GPU nodes, and runs there, whole, once it is back."""
+    big = await agent_on(schedd, "big", gpus=4)
+    await big.close()
+    job_id = await submit_gang(schedd, pool)
+    async with asyncio.timeout(5):
+        while schedd.scheduler.why_pending(job_id).code != "too_large":  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert "waits for a node of 4 that is away" in schedd.scheduler.why_pending(job_id).reason
+    big = await agent_on(schedd, "big", gpus=4)
+    launch = await big.expect(p.Launch)
+    assert (launch.job_id, launch.gang, len(launch.gpu_uuids)) == (job_id, None, 4)
+    await big.close()
+
+
+async def state_becomes_part_ended(pool: asyncpg.Pool, job_id: str, rank: int) -> None:
+    async with asyncio.timeout(5):
+        while not await pool.fetchval(  # noqa: ASYNC110
+            "SELECT ended_at IS NOT NULL FROM job_parts WHERE job_id = $1 AND rank = $2",
+            job_id,
+            rank,
+        ):
+            await asyncio.sleep(0.01)

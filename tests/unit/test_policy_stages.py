@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from schedd.policy import build, framework, profile
 from schedd.policy.actions import Reserve
 from schedd.policy.gittins import ServiceHistory
@@ -115,6 +117,26 @@ def test_a_gang_spans_nodes_only_where_the_shell_can_run_it() -> None:
     assert len(launches(plan)["gang"].shards) == 2
     plan = run("fifo", snapshot(nodes, [pending("gang", 9)], multi_node=True))
     assert plan.waiting["gang"].reason == "asks for 9 GPUs; the cluster has 8"
+
+
+@pytest.mark.parametrize("profile", ["fifo", "default"])
+def test_a_job_a_node_away_could_hold_waits_for_it_rather_than_span_nodes(profile: str) -> None:
+    """Only 4-GPU nodes are connected (an 8-GPU one is restarting): an 8-GPU job meant
+    for one node is not split over two of them; one larger than every node still is."""
+    nodes = [node("n1", 4), node("n2", 4), node("n3", 4)]
+    snap = dataclasses.replace(
+        snapshot(nodes, [pending("one", 8), pending("gang", 12)], multi_node=True),
+        largest_node_gpus=8,
+    )
+    plan = run(profile, snap)
+    assert set(launches(plan)) == {"gang"}
+    assert plan.waiting["one"].reason == (
+        "asks for 8 GPUs: the largest connected node has 4, and it waits for a node of 8"
+        " that is away rather than run across nodes"
+    )
+    # Without a node that large about, it runs across nodes.
+    plan = run(profile, snapshot(nodes, [pending("one", 8)], multi_node=True))
+    assert len(launches(plan)["one"].shards) == 2
 
 
 # ---- make room ----------------------------------------------------------------
