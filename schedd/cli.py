@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     logs = sub.add_parser("logs", help="print a job's output")
     logs.add_argument("job_id")
     logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument(
+        "--rank", type=int, default=0, help="a gang's part to read (default 0, on its head node)"
+    )
     sub.add_parser("nodes", help="list nodes and their GPUs")
     sub.add_parser("queues", help="queues: guarantee, max, use, borrowing, share, waits")
     sub.add_parser("explain", help="why a job is in its state, with its queue").add_argument(
@@ -130,8 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "cancel":
         _print(_http("POST", f"/v1/jobs/{args.job_id}/cancel"))
     elif args.command == "logs":
-        follow = "?follow=1" if args.follow else ""
-        _http("GET", f"/v1/jobs/{args.job_id}/logs{follow}", stream=True)
+        params = {"follow": 1} if args.follow else {}
+        if args.rank:
+            params["rank"] = args.rank
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        _http("GET", f"/v1/jobs/{args.job_id}/logs{query}", stream=True)
     elif args.command == "nodes":
         _print(_http("GET", "/v1/nodes"))
     elif args.command == "queues":

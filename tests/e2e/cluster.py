@@ -174,6 +174,15 @@ class Cluster:
             parsed = None
         return Response(int(status), parsed, text)
 
+    def schedctl(self, token: str, *argv: str) -> str:
+        """What the real schedctl prints for `argv`, as `token`'s user; it must succeed."""
+        env = {**os.environ, "GPUSCHED_URL": self.url, "GPUSCHED_TOKEN": token}
+        done = subprocess.run(
+            [BIN / "schedctl", *argv], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
     def submit(self, token: str, **spec: Any) -> str:
         response = self.curl("POST", "/v1/jobs", token, {"name": "e2e", **spec})
         assert response.status == 201, response.text

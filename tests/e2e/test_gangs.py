@@ -54,6 +54,7 @@ def test_a_gang_over_two_nodes_meets_at_its_head_and_succeeds(running: Cluster) 
     assert rank0 == f"rank 0 of 2 on {first} heard: rank 1 on {second}\n"
     rank1 = running.curl("GET", f"/v1/jobs/{job_id}/logs?rank=1", alice).text
     assert rank1.startswith("rank 1 of 2 told the head at ")
+    assert running.schedctl(alice, "logs", "--rank", "1", job_id) == rank1
 
 
 def test_a_failing_part_takes_the_gang_down(running: Cluster, tmp_path: Path) -> None:

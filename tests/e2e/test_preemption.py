@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import BIN, Cluster, wait_until
+from tests.e2e.cluster import Cluster, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -32,15 +30,6 @@ def queues(cluster: Cluster, token: str) -> dict[str, dict[str, Any]]:
     return {q["name"]: q for q in response.body["queues"]}
 
 
-def schedctl(cluster: Cluster, token: str, *argv: str) -> str:
-    env = {**os.environ, "GPUSCHED_URL": cluster.url, "GPUSCHED_TOKEN": token}
-    done = subprocess.run(
-        [BIN / "schedctl", *argv], env=env, capture_output=True, text=True, timeout=30
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> None:
     cluster.extra_schedd_config = QUEUES
     cluster.start_schedd()
@@ -58,7 +47,7 @@ def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> Non
         cluster.wait_state(bob, job_id, "running")
     b = queues(cluster, bob)["b"]
     assert (b["usage"]["gpus"], b["borrowed"]["gpus"]) == (4, 2)
-    assert "b " in schedctl(cluster, bob, "queues")
+    assert "b " in cluster.schedctl(bob, "queues")
 
     theirs = cluster.submit(alice, script="sleep 300", gpus=1, queue="a")
     cluster.wait_state(alice, theirs, "running")
@@ -82,7 +71,7 @@ def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> Non
     assert victim["attempt"] == 1 and victim["attained_gpu_s"] > 0
     # It waits: b holds 3 GPUs and nothing is free, and a is within its guarantee.
     assert victim["pending_reason"]["code"] in ("no_capacity", "reserved")
-    explained = schedctl(cluster, bob, "explain", victim["id"])
+    explained = cluster.schedctl(bob, "explain", victim["id"])
     assert explained.startswith(f"job {victim['id']} (e2e) of bob: pending")
 
     after = queues(cluster, alice)
