@@ -77,9 +77,15 @@ def suspended_jobs(view: View) -> list[PlacedJob]:
 
 
 def holders(view: View) -> dict[str, PlacedJob]:
-    """GPU uuid -> the job that holds it, as the snapshot shows (a new dict each call:
-    a plugin brings its copy up to its own decisions)."""
-    return {u: j for j in view.snapshot.placed if holds_gpus(j) for u in j.gpu_uuids}
+    """GPU uuid -> the job that holds it, as the snapshot shows (found once per cycle;
+    a new dict each call: a plugin brings its copy up to its own decisions)."""
+    key = ("timeslice_holders",)
+    known = view.memo.get(key)
+    if not isinstance(known, dict):
+        known = view.memo[key] = {
+            u: j for j in view.snapshot.placed if holds_gpus(j) for u in j.gpu_uuids
+        }
+    return dict(known)
 
 
 def sole_holder(job: PlacedJob, holder: dict[str, PlacedJob]) -> PlacedJob | None:

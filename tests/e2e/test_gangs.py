@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
+from tests.processes import alive
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -77,12 +78,4 @@ def test_a_failing_part_takes_the_gang_down(running: Cluster, tmp_path: Path) ->
     rank0 = job["placement"]["parts"][0]
     assert rank0["exit_signal"] == 15  # stopped by the gang's break-up, not its own end
     pid = int(pid_file.read_text())
-    wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=10,
-               what="rank 0 gone")  # fmt: skip
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True
+    wait_until(lambda: not alive(pid), timeout=10, what="rank 0 gone")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
+from tests.processes import alive
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -77,7 +77,7 @@ def test_cancel_of_a_running_job_leaves_no_process_behind(running: Cluster, tmp_
     job = running.wait_state(alice, job_id, "cancelled")
     assert job["exit_signal"] == 15
     for pid in (job_pid, child_pid):
-        wait_until(lambda p=pid: not _alive(p), timeout=5, what=f"pid {pid} gone")
+        wait_until(lambda p=pid: not alive(p), timeout=5, what=f"pid {pid} gone")
 
 
 def test_a_job_too_large_for_the_cluster_waits_with_the_reason(running: Cluster) -> None:
@@ -110,12 +110,3 @@ def test_users_see_only_their_own_jobs_and_admins_see_all(running: Cluster) -> N
     assert [j["id"] for j in running.curl("GET", "/v1/jobs", bob).body["jobs"]] == []
     assert job_id in [j["id"] for j in running.curl("GET", "/v1/jobs", admin).body["jobs"]]
     assert running.curl("GET", f"/v1/jobs/{job_id}", admin).status == 200
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

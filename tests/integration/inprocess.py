@@ -130,12 +130,15 @@ async def control(schedd: Schedd, token: str, job_id: str, name: str) -> int:
     return status
 
 
-async def api_call(schedd: Schedd, token: str, method: str, path: str) -> tuple[int, Any]:
+async def api_call(
+    schedd: Schedd, token: str | None, method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
+    """The status and JSON answer of one API request, with `token` (None: none) and a
+    JSON `body` (None: none)."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     async with (
         aiohttp.ClientSession() as http,
-        http.request(
-            method, schedd.server.make_url(path), headers={"Authorization": f"Bearer {token}"}
-        ) as resp,
+        http.request(method, schedd.server.make_url(path), headers=headers, json=body) as resp,
     ):
         # Read whatever the type: errors come as application/problem+json.
         return resp.status, await resp.json(content_type=None)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
-import aiohttp
 import asyncpg
 import pytest
 
@@ -15,25 +13,13 @@ from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobSpec
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
+from tests.integration.inprocess import Schedd, api_call, start_schedd
 
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     async with start_schedd(pool) as s:
         yield s
-
-
-async def post(schedd: Schedd, token: str, path: str, body: Any = None) -> tuple[int, Any]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            schedd.server.make_url(path),
-            headers={"Authorization": f"Bearer {token}"},
-            json=body,
-        ) as resp,
-    ):
-        return resp.status, await resp.json()
 
 
 async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyncpg.Pool) -> None:
@@ -46,21 +32,27 @@ async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyn
     await state_becomes(pool, job_id, "running")
     alice = await tokens.create(pool, "alice", "user")
 
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/limits", {"share": 25})
+    status, body = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/limits", {"share": 25})
     assert status == 202 and body["controls"]["share"] == 25
     sent = await agent.expect(p.SetLimits)
     assert (sent.job_id, sent.attempt, sent.share, sent.memory_cap_mib) == (job_id, 1, 25, None)
 
     # Refused input changes nothing and sends nothing.
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/limits", {"share": "x"})
+    status, body = await api_call(
+        schedd, alice, "POST", f"/v1/jobs/{job_id}/limits", {"share": "x"}
+    )
     assert (status, body["field"]) == (422, "share")
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/migrate", {"node": "nope"})
+    status, body = await api_call(
+        schedd, alice, "POST", f"/v1/jobs/{job_id}/migrate", {"node": "nope"}
+    )
     assert (status, body["field"]) == (422, "node")
     bob = await tokens.create(pool, "bob", "user")
-    status, _ = await post(schedd, bob, f"/v1/jobs/{job_id}/suspend")
+    status, _ = await api_call(schedd, bob, "POST", f"/v1/jobs/{job_id}/suspend")
     assert status == 404  # not bob's job
 
-    status, _ = await post(schedd, alice, f"/v1/jobs/{job_id}/suspend", {"free_memory": True})
+    status, _ = await api_call(
+        schedd, alice, "POST", f"/v1/jobs/{job_id}/suspend", {"free_memory": True}
+    )
     assert status == 202
     assert (await agent.expect(p.Suspend)).free_memory is True
     await agent.send(
@@ -68,7 +60,7 @@ async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyn
     )
     await agent.send(p.JobProgress(job_id=job_id, attempt=1, step=7, steps_per_s=0.0))
 
-    status, _ = await post(schedd, alice, f"/v1/jobs/{job_id}/checkpoint")
+    status, _ = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/checkpoint")
     assert status == 202
     await agent.expect(p.Checkpoint)
     await agent.send(
@@ -84,9 +76,9 @@ async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyn
     assert reasons[-1] == "checkpoint saved at /ck/step-000000007"
 
     # A checkpointed job cannot be suspended; resuming requeues it with its checkpoint.
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/suspend")
+    status, body = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/suspend")
     assert status == 409 and "checkpointed" in body["detail"]
-    status, _ = await post(schedd, alice, f"/v1/jobs/{job_id}/resume")
+    status, _ = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/resume")
     assert status == 202
     again = await agent.expect(p.Launch)
     assert (again.attempt, again.resume_from) == (2, "/ck/step-000000007")
@@ -113,7 +105,9 @@ async def test_prefetch_sends_the_inputs_and_records_their_staging(
     row, _ = await jobs.submit(pool, "alice", spec, None)  # waits: the node has 2 GPUs
     agent = await FakeAgent(schedd.server, node_id="n2").connect()
     alice = await tokens.create(pool, "alice", "user")
-    status, _ = await post(schedd, alice, f"/v1/jobs/{row['id']}/prefetch", {"node": "n2"})
+    status, _ = await api_call(
+        schedd, alice, "POST", f"/v1/jobs/{row['id']}/prefetch", {"node": "n2"}
+    )
     assert status == 202
     sent = await agent.expect(p.Prefetch)
     assert (sent.job_id, sent.inputs) == (row["id"], ["http://data/x.bin"])
@@ -148,9 +142,9 @@ async def test_resize_restarts_the_job_from_its_checkpoint_with_the_new_count(
     await agent.start(launch)
     await state_becomes(pool, job_id, "running")
     alice = await tokens.create(pool, "alice", "user")
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/resize", {"gpus": 0})
+    status, body = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/resize", {"gpus": 0})
     assert (status, body["field"]) == (422, "gpus")
-    status, body = await post(schedd, alice, f"/v1/jobs/{job_id}/resize", {"gpus": 2})
+    status, body = await api_call(schedd, alice, "POST", f"/v1/jobs/{job_id}/resize", {"gpus": 2})
     assert status == 202 and body["resizing_to"] == 2
     await agent.expect(p.Checkpoint)
     await agent.send(

@@ -8,8 +8,7 @@ import asyncpg
 from schedd.store import jobs, nodes, tokens
 from shared.model import JobSpec
 from shared.protocol import GpuSample
-from tests.integration.inprocess import start_schedd
-from tests.integration.test_queues_api import call
+from tests.integration.inprocess import api_call, start_schedd
 
 
 def spec(model: str, **more: object) -> JobSpec:
@@ -62,7 +61,7 @@ async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncp
         await finished(pool, "alice", "bert", 600.0 + i)
     async with start_schedd(pool) as schedd:
         scheduler = schedd.scheduler
-        status, body = await call(schedd, "POST", "/v1/jobs", alice, {
+        status, body = await api_call(schedd, alice, "POST", "/v1/jobs", {
             "name": "train", "command": ["true"], "labels": {"model": "bert"}})  # fmt: skip
         assert status == 201, body
         job_id = body["id"]
@@ -70,14 +69,14 @@ async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncp
         assert trained is not None and trained.trained_on == 60
         assert await scheduler.train_estimator() is trained  # nothing new: kept
 
-        status, shown = await call(schedd, "GET", f"/v1/estimates/{job_id}", alice)
+        status, shown = await api_call(schedd, alice, "GET", f"/v1/estimates/{job_id}")
         assert status == 200, shown
         run = shown["estimates"]["run_time_s"]
         assert 550 < run["value"] < 700, run
         assert run["basis"].startswith("random forest of 50 trees on 60 finished jobs")
         assert shown["estimates"]["gpu_memory_peak_mib"]["value"] is None
         assert shown["used"]["source"] == "estimator"
-        assert (await call(schedd, "GET", f"/v1/estimates/{job_id}", bob))[0] == 404
+        assert (await api_call(schedd, bob, "GET", f"/v1/estimates/{job_id}"))[0] == 404
 
         # The scheduler plans with the same figure for a job with no estimate of its own.
         rows = await jobs.pending(pool, 10)

@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import aiohttp
 import asyncpg
-import orjson
 
 from schedd.store import tokens
 from shared import protocol as p
 from shared.config import ProfileConfig, QueueConfig
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
+from tests.integration.inprocess import api_call, start_schedd
 
 QUEUES = {
     "a": QueueConfig(guarantee_gpus=1, max_gpus=2),
     "b": QueueConfig(guarantee_gpus=1, max_gpus=2, weight=2.0),
 }
-
-
-async def call(
-    schedd: Schedd, method: str, path: str, token: str | None, body: Any = None
-) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = orjson.dumps(body) if body is not None else None
-    async with (
-        aiohttp.ClientSession() as http,
-        http.request(method, schedd.server.make_url(path), headers=headers, data=data) as resp,
-    ):
-        return resp.status, await resp.json(content_type=None)
 
 
 async def counts(pool: asyncpg.Pool) -> tuple[int, int]:
@@ -49,13 +32,13 @@ async def test_an_unknown_queue_is_refused_and_nothing_is_stored(pool: asyncpg.P
             {"name": "t", "command": ["true"], "queue": "c"},
             {"name": "t", "command": ["true"]},  # the "default" queue is not configured
         ):
-            status, body = await call(schedd, "POST", "/v1/jobs", token, spec)
+            status, body = await api_call(schedd, token, "POST", "/v1/jobs", spec)
             assert status == 400
             assert body["field"] == "queue" and body["known"] == ["a", "b"]
             assert body["detail"].endswith("; known: a, b")
         assert await counts(pool) == (0, 0)
-        status, body = await call(
-            schedd, "POST", "/v1/jobs", token, {"name": "t", "command": ["true"], "queue": "b"}
+        status, body = await api_call(
+            schedd, token, "POST", "/v1/jobs", {"name": "t", "command": ["true"], "queue": "b"}
         )
         assert status == 201 and body["queue"] == "b"
 
@@ -64,31 +47,31 @@ async def test_without_queues_any_queue_name_is_accepted(pool: asyncpg.Pool) -> 
     token = await tokens.create(pool, "alice", "user")
     async with start_schedd(pool) as schedd:
         spec = {"name": "t", "command": ["true"], "queue": "anything/at-all"}
-        status, body = await call(schedd, "POST", "/v1/jobs", token, spec)
+        status, body = await api_call(schedd, token, "POST", "/v1/jobs", spec)
         assert status == 201 and body["queue"] == "anything/at-all"
 
 
 async def test_queues_show_usage_borrowing_shares_and_waits(pool: asyncpg.Pool) -> None:
     bob = await tokens.create(pool, "bob", "user")
     async with start_schedd(pool, policy="drf", queues=QUEUES) as schedd:
-        status, _ = await call(schedd, "GET", "/v1/queues", None)
+        status, _ = await api_call(schedd, None, "GET", "/v1/queues")
         assert status == 401
         agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         ids = []
         for _ in range(2):
             spec = {"name": "t", "command": ["true"], "queue": "b", "cpus": 2}
-            status, body = await call(schedd, "POST", "/v1/jobs", bob, spec)
+            status, body = await api_call(schedd, bob, "POST", "/v1/jobs", spec)
             ids.append(body["id"])
             await agent.start(await agent.expect(p.Launch))
         for job_id in ids:
             await state_becomes(schedd.hub.pool, job_id, "running")
         spec = {"name": "t", "command": ["true"], "queue": "b"}
-        status, body = await call(schedd, "POST", "/v1/jobs", bob, spec)
+        status, body = await api_call(schedd, bob, "POST", "/v1/jobs", spec)
         waiting_id = body["id"]
         async with asyncio.timeout(5):
             while schedd.scheduler.why_pending(waiting_id).code == "not_considered":  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-        status, body = await call(schedd, "GET", "/v1/queues", bob)
+        status, body = await api_call(schedd, bob, "GET", "/v1/queues")
         assert status == 200
         queues = {q["name"]: q for q in body["queues"]}
         assert set(queues) == {"a", "b"}
@@ -119,17 +102,17 @@ async def test_a_blocked_job_shows_its_reservation(pool: asyncpg.Pool) -> None:
     async with start_schedd(pool, policy="backfill", profiles=profiles) as schedd:
         agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         spec = {"name": "t", "command": ["true"], "gpus": 1, "estimated_runtime_s": 600}
-        status, body = await call(schedd, "POST", "/v1/jobs", alice, spec)
+        status, body = await api_call(schedd, alice, "POST", "/v1/jobs", spec)
         await agent.start(await agent.expect(p.Launch))
         await state_becomes(pool, body["id"], "running")
-        status, body = await call(
-            schedd, "POST", "/v1/jobs", alice, {"name": "big", "command": ["true"], "gpus": 2}
+        status, body = await api_call(
+            schedd, alice, "POST", "/v1/jobs", {"name": "big", "command": ["true"], "gpus": 2}
         )
         big = body["id"]
         async with asyncio.timeout(5):
             while schedd.scheduler.why_pending(big).code != "reserved":  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-        status, job = await call(schedd, "GET", f"/v1/jobs/{big}", alice)
+        status, job = await api_call(schedd, alice, "GET", f"/v1/jobs/{big}")
         assert status == 200
         assert job["pending_reason"]["code"] == "reserved"
         assert job["reservation"]["node_ids"] == ["n1"]

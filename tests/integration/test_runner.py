@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from agentd.runner import Runner
 from shared.protocol import Gang, JobExited, JobFailed, JobStarted, Launch, Msg
+from tests.processes import alive
 
 
 class Outbox:
@@ -37,14 +37,6 @@ def launch(job_id: str, code: str, attempt: int = 1, **kw: object) -> Launch:
     return Launch(
         job_id=job_id, attempt=attempt, user="alice", argv=[sys.executable, "-c", code], **kw
     )  # type: ignore[arg-type]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
 
 
 async def test_exit_code_and_output_are_recorded(tmp_path: Path) -> None:

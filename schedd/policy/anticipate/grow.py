@@ -32,13 +32,14 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         ),
     )
     settings = view.settings
+    promised = migration.promised(view)  # the plan's set: moves below add to it
     actions: list[Action] = []
     for job in elastic:
         if len(actions) >= settings.migrate_jobs:
             break
         assert job.gpu_range is not None
         (shard,) = job.shards
-        if shard.node_id in migration.promised(view):
+        if shard.node_id in promised:
             continue  # its idle GPUs are being freed for a waiting job
         free = view.capacity[shard.node_id].free_gpus
         now = job.request.gpus
