@@ -90,6 +90,7 @@ class Api:
             web.get("/v1/jobs/{job_id}/logs", self.logs),
             web.get("/v1/estimates/{job_id}", self.estimates),
             web.get("/v1/nodes", self.list_nodes),
+            web.delete("/v1/nodes/{node_id}/gpus/{uuid}/fault", self.clear_gpu_fault),
             web.get("/v1/queues", self.list_queues),
             web.get("/v1/agents/ws", self.hub.handle),
         ]
@@ -311,6 +312,28 @@ class Api:
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         return respond({"nodes": await nodes.list_nodes(self.pool)})
+
+    async def clear_gpu_fault(self, request: web.Request) -> web.Response:
+        """An admin puts a GPU taken out of placement for a fault back into it."""
+        if not request[PRINCIPAL].is_admin:
+            raise Problem(403, "Forbidden", "only an admin may clear a GPU's fault")
+        node_id, uuid = request.match_info["node_id"], request.match_info["uuid"]
+        if not await nodes.has_gpu(self.pool, node_id, uuid):
+            raise not_found(f"GPU {uuid} on node {node_id}")
+        cleared = await self.hub.clear_fault(node_id, uuid, by=request[PRINCIPAL].user)
+        if cleared is None:
+            raise Problem(409, "No fault", f"GPU {uuid} of node {node_id} has no fault to clear")
+        return respond(
+            {
+                "node_id": node_id,
+                "uuid": uuid,
+                "cleared": {
+                    "fault": cleared["fault"],
+                    "fault_xid": cleared["fault_xid"],
+                    "fault_at": cleared["fault_at"].isoformat(),
+                },
+            }
+        )
 
     async def list_queues(self, request: web.Request) -> web.Response:
         return respond(await queue_report.report(self.scheduler))

@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> None:
         "--rank", type=int, default=0, help="a gang's part to read (default 0, on its head node)"
     )
     sub.add_parser("nodes", help="list nodes and their GPUs")
+    clear = sub.add_parser(
+        "clear-fault", help="put a GPU taken out of placement for a fault back (admin)"
+    )
+    clear.add_argument("node_id")
+    clear.add_argument("gpu_uuid")
     sub.add_parser("queues", help="queues: guarantee, max, use, borrowing, share, waits")
     sub.add_parser("explain", help="why a job is in its state, with its queue").add_argument(
         "job_id"
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
         _http("GET", f"/v1/jobs/{args.job_id}/logs{query}", stream=True)
     elif args.command == "nodes":
         _print(_http("GET", "/v1/nodes"))
+    elif args.command == "clear-fault":
+        path = f"/v1/nodes/{args.node_id}/gpus/{urllib.parse.quote(args.gpu_uuid)}/fault"
+        _print(_http("DELETE", path))
     elif args.command == "queues":
         print(cli_queues.queues_text(_http("GET", "/v1/queues")))
     elif args.command == "explain":

@@ -92,6 +92,10 @@ class Hub:
         # Nodes away, not lost yet: (GPUs, away since). A job one of them could hold
         # waits for it rather than run across smaller nodes (`largest_node_gpus`).
         self._away: dict[str, tuple[int, float]] = {}
+        # GPUs out of placement: faulty (an XID that points at the GPU, until an admin
+        # clears it) or unreadable (its last sample carried an error).
+        self.faulty: set[str] = set()
+        self.unreadable: set[str] = set()
         self._join_token = config.resolved_join_token().encode()
 
     async def recall(self) -> None:
@@ -99,6 +103,7 @@ class Hub:
         on nodes that never do must not hang (each such node gets its lost timer)."""
         for node in await nodes.disconnect_all(self.pool, self.config.node_lost_after_s):
             self._away[node["node_id"]] = (node["gpus"], node["away_since"])
+        self.faulty = await nodes.faulty_gpus(self.pool)
         for row in await jobs.placed(self.pool):
             for node_id in {row["node_id"], *(n for n, _ in row["parts"] or ())}:
                 self.start_lost_timer(node_id)
@@ -107,9 +112,14 @@ class Hub:
         """The GPUs of the largest node connected, or away for less than
         `node_lost_after_s` (it is then expected back)."""
         since = time.time() - self.config.node_lost_after_s
-        sizes = [len(link.hello.inventory.gpus) for link in self.links.values()]
+        sizes = [self._usable(link) for link in self.links.values()]
         sizes += [gpus for gpus, away in self._away.values() if away > since]
         return max(sizes, default=0)
+
+    def _usable(self, link: AgentLink) -> int:
+        """The node's GPUs that may take jobs: not faulty, not unreadable."""
+        out = self.faulty | self.unreadable
+        return sum(g.uuid not in out for g in link.hello.inventory.gpus)
 
     # ---- connection --------------------------------------------------------
 
@@ -176,7 +186,7 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
-        self._away[link.node_id] = (len(link.hello.inventory.gpus), time.time())
+        self._away[link.node_id] = (self._usable(link), time.time())
         # The timer first: a server that cancels the handler of a dropped connection
         # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)
@@ -267,22 +277,21 @@ class Hub:
                 await job_controls.on_inputs_staged(self.pool, link.node_id, event)
             case GpuState():
                 now = time.time()
+                readable = len(self.unreadable)
                 for sample in event.samples:
                     self.gpu_window.add(
                         sample.uuid, now, sample.utilization_pct, sample.memory_used_mib
                     )
+                    if sample.error is None:
+                        self.unreadable.discard(sample.uuid)
+                    else:
+                        self.unreadable.add(sample.uuid)
                 await nodes.record_samples(self.pool, link.node_id, event.samples)
+                if len(self.unreadable) != readable:
+                    self.wake()  # a GPU left placement, or came back
                 self.gpus_sampled()
             case GpuFault():
-                # Shown to operators; taking the GPU out of placement comes with the
-                # node-health work.
-                log.error(
-                    "gpu fault",
-                    node_id=link.node_id,
-                    gpu_uuid=event.uuid,
-                    xid=event.xid,
-                    error=event.error,
-                )
+                await self._on_fault(link, event)
             case LogChunk():
                 queue = self.log_streams.get(event.request_id)
                 if queue is not None:
@@ -299,6 +308,30 @@ class Hub:
                         )
             case Hello():
                 log.warning("second hello ignored", node_id=link.node_id)
+
+    async def _on_fault(self, link: AgentLink, event: GpuFault) -> None:
+        """An XID error: logged; one that points at the GPU (not a job's own, by
+        `gpu_fault_ignore_xids`) takes it out of placement until an admin clears it."""
+        fields = {"node_id": link.node_id, "gpu_uuid": event.uuid, "xid": event.xid}
+        if event.xid is not None and event.xid in self.config.gpu_fault_ignore_xids:
+            log.warning("gpu error from a job", error=event.error, **fields)
+            return
+        if await nodes.record_fault(self.pool, link.node_id, event.uuid, event.xid, event.error):
+            self.faulty.add(event.uuid)
+            log.error("gpu fault: out of placement", error=event.error, **fields)
+            self.wake()
+        else:
+            log.error("gpu fault", error=event.error, **fields)
+
+    async def clear_fault(self, node_id: str, uuid: str, by: str) -> asyncpg.Record | None:
+        """An admin's word that the GPU is sound again: back into placement."""
+        cleared = await nodes.clear_fault(self.pool, node_id, uuid)
+        if cleared is not None:
+            self.faulty.discard(uuid)
+            log.info("gpu fault cleared", node_id=node_id, gpu_uuid=uuid, fault=cleared["fault"],
+                     by=by)  # fmt: skip
+            self.wake()
+        return cleared
 
     async def _on_started(self, link: AgentLink, job_id: str, attempt: int) -> None:
         # A gang's part: recorded as started; the job runs from its first part's start.

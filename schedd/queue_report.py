@@ -43,8 +43,13 @@ async def report(scheduler: Scheduler) -> dict[str, Any]:
     placed = await scheduler.placed_now()
     usage = await scheduler.usage()
     pending = await jobs.pending_by_queue(scheduler.pool)
+    in_use = frozenset(u for j in placed for s in (*j.shards, *j.moving_to) for u in s.gpu_uuids)
     snapshot = Snapshot(
-        nodes=scheduler.nodes(), placed=placed, pending=(), queues=scheduler.queues, usage=usage
+        nodes=scheduler.nodes(in_use),
+        placed=placed,
+        pending=(),
+        queues=scheduler.queues,
+        usage=usage,
     )
     view = View.build(snapshot, now, scheduler.settings)
     last = scheduler.last

@@ -350,10 +350,13 @@ class Scheduler:
 
     # ---- the snapshot ------------------------------------------------------------
 
-    def nodes(self) -> tuple[Node, ...]:
+    def nodes(self, held: frozenset[str] = frozenset()) -> tuple[Node, ...]:
         """Connected, reconciled nodes: nothing is placed on a node that is away. Each
-        GPU's utilisation and memory used are its highest over the last `gpu_window_s`."""
+        GPU's utilisation and memory used are its highest over the last `gpu_window_s`.
+        A faulty or unreadable GPU is left out, so that nothing is placed on it, unless
+        a job still holds it (`held`): the job's GPUs are the node's until it ends."""
         now = time.time()
+        out = self.hub.faulty | self.hub.unreadable
         return tuple(
             Node(
                 node_id=link.node_id,
@@ -367,6 +370,7 @@ class Scheduler:
                         memory_used_mib=peak[1],
                     )
                     for g in link.hello.inventory.gpus
+                    if g.uuid not in out or g.uuid in held
                     for peak in (self.hub.gpu_window.peak(g.uuid, now),)
                 ),
                 cpus=link.hello.inventory.cpus,
@@ -378,10 +382,11 @@ class Scheduler:
         )
 
     async def snapshot(self, pending_window: int) -> Snapshot:
-        nodes = self.nodes()
-        if not nodes:
+        if not any(link.ready for link in self.hub.links.values()):
             return Snapshot(nodes=(), placed=(), pending=(), queues=self.queues)
         placed_rows = await jobs.placed(self.pool)
+        held = (u for r in placed_rows for u in (*r["gpu_uuids"], *(r["migrate_gpu_uuids"] or ())))
+        nodes = self.nodes(frozenset(held))
         pending_rows = await jobs.pending(self.pool, pending_window)
         usage = await self.usage()
         service = await self._service.get()

@@ -86,6 +86,10 @@ class SchedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gpu_window_s: Seconds = 300.0
     # A node gone this long has its jobs requeued (they are killed if it comes back).
     node_lost_after_s: Seconds = 300.0
+    # XID errors that come from a job's own code or from killing it, not from the GPU:
+    # logged only. Any other takes the GPU out of placement until an admin clears it.
+    # The application XIDs NVIDIA's Kubernetes device plugin skips too.
+    gpu_fault_ignore_xids: frozenset[Annotated[int, Meta(ge=0)]] = frozenset({13, 31, 43, 45, 68})
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 1024 * 1024
     db_pool_size: Annotated[int, Meta(ge=2, le=200)] = 10
     log_level: Literal["debug", "info", "warning", "error"] = "info"

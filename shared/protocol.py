@@ -161,7 +161,8 @@ class GpuState(Msg, tag="gpu_state"):
 
 
 class GpuFault(Msg, tag="gpu_fault"):
-    """A GPU reported an XID error, or fell off the bus: schedd stops placing on it."""
+    """A GPU reported an XID error, or fell off the bus: schedd stops placing on it,
+    unless the XID is one a job's own code causes (schedd's `gpu_fault_ignore_xids`)."""
 
     uuid: str
     error: str

@@ -48,8 +48,9 @@ async def set_connected(pool: asyncpg.Pool, node_id: str, connected: bool) -> No
 
 async def disconnect_all(pool: asyncpg.Pool, recent_s: float) -> list[asyncpg.Record]:
     """At start-up no agent is connected yet, whatever the last run left behind. Returns
-    the nodes that may yet come back (`node_id`, `gpus`, `away_since`): those connected
-    when the last run ended (away since now) and those seen within `recent_s`."""
+    the nodes that may yet come back (`node_id`, `gpus` without a fault, `away_since`):
+    those connected when the last run ended (away since now) and those seen within
+    `recent_s`."""
     return await pool.fetch(
         """
         WITH was AS (
@@ -58,7 +59,7 @@ async def disconnect_all(pool: asyncpg.Pool, recent_s: float) -> list[asyncpg.Re
         ), off AS (
             UPDATE nodes SET connected = false WHERE connected
         )
-        SELECT w.node_id, count(g.uuid)::int AS gpus,
+        SELECT w.node_id, count(g.uuid) FILTER (WHERE g.fault IS NULL)::int AS gpus,
                extract(epoch FROM CASE WHEN w.connected THEN now() ELSE w.last_seen END)::float8
                    AS away_since
         FROM was w LEFT JOIN gpus g USING (node_id)
@@ -139,6 +140,47 @@ WHERE j.node_id = $3 AND j.state IN ('assigned', 'running', 'preempting', 'cance
 """
 
 
+async def record_fault(
+    pool: asyncpg.Pool, node_id: str, uuid: str, xid: int | None, error: str
+) -> bool:
+    """Take the node's GPU out of placement with this fault; False if it is out already
+    (its first fault is kept) or the node has no such GPU."""
+    return (
+        await pool.fetchval(
+            "UPDATE gpus SET fault = $3, fault_xid = $4, fault_at = now()"
+            " WHERE node_id = $1 AND uuid = $2 AND fault IS NULL RETURNING true",
+            node_id,
+            uuid,
+            error,
+            xid,
+        )
+        is True
+    )
+
+
+async def clear_fault(pool: asyncpg.Pool, node_id: str, uuid: str) -> asyncpg.Record | None:
+    """Put the node's GPU back into placement; its fault as it was, None if it had none
+    (or the node has no such GPU)."""
+    return await pool.fetchrow(
+        "UPDATE gpus g SET fault = NULL, fault_xid = NULL, fault_at = NULL"
+        " FROM gpus old WHERE g.uuid = old.uuid AND g.node_id = $1 AND g.uuid = $2"
+        " AND old.fault IS NOT NULL RETURNING old.fault, old.fault_xid, old.fault_at",
+        node_id,
+        uuid,
+    )
+
+
+async def faulty_gpus(pool: asyncpg.Pool) -> set[str]:
+    """The GPUs out of placement for a fault."""
+    return {r["uuid"] for r in await pool.fetch("SELECT uuid FROM gpus WHERE fault IS NOT NULL")}
+
+
+async def has_gpu(pool: asyncpg.Pool, node_id: str, uuid: str) -> bool:
+    return bool(
+        await pool.fetchval("SELECT 1 FROM gpus WHERE node_id = $1 AND uuid = $2", node_id, uuid)
+    )
+
+
 async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     nodes = await pool.fetch(
         "SELECT node_id, labels, cpus, memory_mib, gpu_backend, connected, first_seen, last_seen"
@@ -146,7 +188,7 @@ async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     )
     gpus = await pool.fetch(
         "SELECT g.uuid, g.node_id, g.index, g.model, g.memory_mib, g.utilization_pct,"
-        " g.memory_used_mib, j.id AS job_id FROM gpus g"
+        " g.memory_used_mib, g.fault, g.fault_xid, g.fault_at, j.id AS job_id FROM gpus g"
         " LEFT JOIN jobs j ON j.state IN ('assigned', 'running', 'preempting', 'cancelling')"
         "   AND g.uuid = ANY(j.gpu_uuids)"
         " ORDER BY g.node_id, g.index"
@@ -154,6 +196,7 @@ async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     by_node: dict[str, list[dict[str, Any]]] = {}
     for g in gpus:
         entry = dict(g)
+        entry["fault_at"] = g["fault_at"].isoformat() if g["fault_at"] else None
         by_node.setdefault(entry.pop("node_id"), []).append(entry)
     return [
         {
