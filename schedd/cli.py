@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "nodes":
         _print(_http("GET", "/v1/nodes"))
     elif args.command == "clear-fault":
-        path = f"/v1/nodes/{args.node_id}/gpus/{urllib.parse.quote(args.gpu_uuid)}/fault"
+        node, gpu = (urllib.parse.quote(x, safe="") for x in (args.node_id, args.gpu_uuid))
+        path = f"/v1/nodes/{node}/gpus/{gpu}/fault"
         _print(_http("DELETE", path))
     elif args.command == "queues":
         print(cli_queues.queues_text(_http("GET", "/v1/queues")))

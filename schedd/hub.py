@@ -116,9 +116,13 @@ class Hub:
         sizes += [gpus for gpus, away in self._away.values() if away > since]
         return max(sizes, default=0)
 
+    def out_of_placement(self) -> set[str]:
+        """The GPUs nothing new may be placed on: faulty, or unreadable."""
+        return self.faulty | self.unreadable
+
     def _usable(self, link: AgentLink) -> int:
         """The node's GPUs that may take jobs: not faulty, not unreadable."""
-        out = self.faulty | self.unreadable
+        out = self.out_of_placement()
         return sum(g.uuid not in out for g in link.hello.inventory.gpus)
 
     # ---- connection --------------------------------------------------------
@@ -277,7 +281,7 @@ class Hub:
                 await job_controls.on_inputs_staged(self.pool, link.node_id, event)
             case GpuState():
                 now = time.time()
-                readable = len(self.unreadable)
+                before = set(self.unreadable)
                 for sample in event.samples:
                     self.gpu_window.add(
                         sample.uuid, now, sample.utilization_pct, sample.memory_used_mib
@@ -287,7 +291,7 @@ class Hub:
                     else:
                         self.unreadable.add(sample.uuid)
                 await nodes.record_samples(self.pool, link.node_id, event.samples)
-                if len(self.unreadable) != readable:
+                if self.unreadable != before:
                     self.wake()  # a GPU left placement, or came back
                 self.gpus_sampled()
             case GpuFault():
@@ -320,16 +324,16 @@ class Hub:
             self.faulty.add(event.uuid)
             log.error("gpu fault: out of placement", error=event.error, **fields)
             self.wake()
-        else:
+        else:  # out already (its first fault is kept), or not a GPU of this node
             log.error("gpu fault", error=event.error, **fields)
 
     async def clear_fault(self, node_id: str, uuid: str, by: str) -> asyncpg.Record | None:
         """An admin's word that the GPU is sound again: back into placement."""
         cleared = await nodes.clear_fault(self.pool, node_id, uuid)
-        if cleared is not None:
+        if cleared is not None or uuid in self.faulty:
             self.faulty.discard(uuid)
-            log.info("gpu fault cleared", node_id=node_id, gpu_uuid=uuid, fault=cleared["fault"],
-                     by=by)  # fmt: skip
+            fault = cleared["fault"] if cleared is not None else None
+            log.info("gpu fault cleared", node_id=node_id, gpu_uuid=uuid, fault=fault, by=by)
             self.wake()
         return cleared
 

@@ -14,7 +14,7 @@ from schedd.policy.queues import lineage
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import Snapshot
 from schedd.policy.view import View
-from schedd.scheduler import Scheduler
+from schedd.scheduler import Scheduler, named_gpus
 from schedd.store import jobs
 from shared.config import QueueConfig
 
@@ -43,9 +43,8 @@ async def report(scheduler: Scheduler) -> dict[str, Any]:
     placed = await scheduler.placed_now()
     usage = await scheduler.usage()
     pending = await jobs.pending_by_queue(scheduler.pool)
-    in_use = frozenset(u for j in placed for s in (*j.shards, *j.moving_to) for u in s.gpu_uuids)
     snapshot = Snapshot(
-        nodes=scheduler.nodes(in_use),
+        nodes=scheduler.nodes(named_gpus(placed)),
         placed=placed,
         pending=(),
         queues=scheduler.queues,

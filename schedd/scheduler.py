@@ -284,6 +284,10 @@ class Scheduler:
                 log.info(
                     "action skipped: its GPUs were not freed", job_id=action.job_id, action=name
                 )
+            elif not self.hub.out_of_placement().isdisjoint(_lands_on(action, placed)):
+                # A GPU faulted (or stopped answering) while this plan was carried out.
+                name = type(action).__name__
+                log.info("action skipped: a GPU of it faulted", job_id=action.job_id, action=name)
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)
@@ -353,10 +357,11 @@ class Scheduler:
     def nodes(self, held: frozenset[str] = frozenset()) -> tuple[Node, ...]:
         """Connected, reconciled nodes: nothing is placed on a node that is away. Each
         GPU's utilisation and memory used are its highest over the last `gpu_window_s`.
-        A faulty or unreadable GPU is left out, so that nothing is placed on it, unless
-        a job still holds it (`held`): the job's GPUs are the node's until it ends."""
+        A faulty or unreadable GPU is left out, so that nothing is placed on it; one
+        that a placed job names (`held`: its GPUs, or a move's target) stays, marked
+        `out`, so that the job keeps it until it ends and nobody else gets it."""
         now = time.time()
-        out = self.hub.faulty | self.hub.unreadable
+        out = self.hub.out_of_placement()
         return tuple(
             Node(
                 node_id=link.node_id,
@@ -376,6 +381,9 @@ class Scheduler:
                 cpus=link.hello.inventory.cpus,
                 memory_mib=link.hello.inventory.memory_mib,
                 labels=dict(link.hello.inventory.labels),
+                out=frozenset(
+                    g.uuid for g in link.hello.inventory.gpus if g.uuid in out and g.uuid in held
+                ),
             )
             for link in self.hub.links.values()
             if link.ready
@@ -385,8 +393,6 @@ class Scheduler:
         if not any(link.ready for link in self.hub.links.values()):
             return Snapshot(nodes=(), placed=(), pending=(), queues=self.queues)
         placed_rows = await jobs.placed(self.pool)
-        held = (u for r in placed_rows for u in (*r["gpu_uuids"], *(r["migrate_gpu_uuids"] or ())))
-        nodes = self.nodes(frozenset(held))
         pending_rows = await jobs.pending(self.pool, pending_window)
         usage = await self.usage()
         service = await self._service.get()
@@ -441,7 +447,7 @@ class Scheduler:
             for r in pending_rows
         )
         return Snapshot(
-            nodes=nodes,
+            nodes=self.nodes(named_gpus(placed)),
             placed=placed,
             pending=pending,
             queues=self.queues,
@@ -585,11 +591,13 @@ def _estimate(
 
 
 def _lands_on(action: Action, placed: dict[str, PlacedJob]) -> tuple[str, ...]:
-    """The GPUs a launch or a resume puts its job on."""
+    """The GPUs a launch, a resume or a move puts its job on."""
     if isinstance(action, Launch):
         return action.gpu_uuids
     if isinstance(action, Resume) and action.job_id in placed:
         return placed[action.job_id].gpu_uuids
+    if isinstance(action, Migrate | Resize):
+        return action.gpu_uuids or ()
     return ()
 
 
@@ -715,6 +723,11 @@ def _placed(
         progress_ratio=_progress_ratio(row, packed_since),
         packable=controls.get("packable", True) is not False,
     )
+
+
+def named_gpus(placed: tuple[PlacedJob, ...]) -> frozenset[str]:
+    """The GPUs placed jobs name: their own and a move's target."""
+    return frozenset(u for j in placed for s in (*j.shards, *j.moving_to) for u in s.gpu_uuids)
 
 
 def _shards(row: asyncpg.Record) -> tuple[Shard, ...]:

@@ -29,6 +29,7 @@ from schedd.policy.snapshot import (
     Snapshot,
     held_parts,
     holds_gpus,
+    usable,
 )
 
 UserKey = tuple[str, str]  # (leaf queue, user)
@@ -117,7 +118,7 @@ class PlacedTotals:
         self.by_user = {}
         self.held = {}
         self.leaving = {}
-        self.free = {n.node_id: FreeCapacity(n, list(n.gpus), n.cpus, n.memory_mib) for n in nodes}
+        self.free = {n.node_id: FreeCapacity(n, usable(n), n.cpus, n.memory_mib) for n in nodes}
         self.total = Resources(
             sum(len(n.gpus) for n in nodes),
             sum(n.cpus for n in nodes),
@@ -188,7 +189,7 @@ class PlacedTotals:
                 shared.update(part.gpu_uuids)
             cpus += part.request.cpus
             memory_mib += part.request.memory_mib
-        free = [g for g in node.gpus if g.uuid not in used]
+        free = [g for g in usable(node) if g.uuid not in used]
         if shared:
             self.shared[node_id] = frozenset(shared)
         else:

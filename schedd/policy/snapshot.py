@@ -59,6 +59,15 @@ class Node:
     cpus: float
     memory_mib: int
     labels: dict[str, str] = field(default_factory=dict)
+    # GPUs out of placement (a fault) that a job still holds: never free, never shared,
+    # never taken turns on or packed onto; their holder keeps them until it ends. (A
+    # faulty GPU nobody holds is simply not among `gpus`.)
+    out: frozenset[str] = frozenset()
+
+
+def usable(node: Node) -> list[Gpu]:
+    """The node's GPUs that may be given to a job, held or not: all but those `out`."""
+    return list(node.gpus) if not node.out else [g for g in node.gpus if g.uuid not in node.out]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +250,8 @@ class FreeCapacity:
         self.memory_mib -= request.memory_mib
 
     def give_back(self, gpus: list[Gpu], request: Request) -> None:
+        if self.node.out:  # a faulty GPU is free for nobody, even once its holder ends
+            gpus = [g for g in gpus if g.uuid not in self.node.out]
         self.free_gpus = sorted([*self.free_gpus, *gpus], key=lambda g: g.index)
         self.cpus += request.cpus
         self.memory_mib += request.memory_mib
@@ -296,7 +307,7 @@ def free_capacity(snapshot: Snapshot) -> dict[str, FreeCapacity]:
     return {
         node.node_id: FreeCapacity(
             node=node,
-            free_gpus=[g for g in node.gpus if g.uuid not in used_gpus],
+            free_gpus=[g for g in usable(node) if g.uuid not in used_gpus],
             cpus=node.cpus - used_cpus.get(node.node_id, 0.0),
             memory_mib=node.memory_mib - used_mem.get(node.node_id, 0),
         )

@@ -157,6 +157,17 @@ class View:
             or ends <= r.expected_start
         ]
 
+    def on_gpus_out(self, job: PendingJob | PlacedJob) -> bool:
+        """Whether the job's GPUs include one out of placement (`Node.out`): nothing may
+        be started, resumed or packed onto them."""
+        if not isinstance(job, PlacedJob):
+            return False
+        for shard in job.shards:
+            cap = self.capacity.get(shard.node_id)
+            if cap is not None and cap.node.out and not cap.node.out.isdisjoint(shard.gpu_uuids):
+                return True
+        return False
+
     def gpu(self, uuid: str) -> Gpu:
         index = self.memo.get(("gpus",))
         if index is None:

@@ -86,6 +86,13 @@ async def ended(
     """Record how the part on `node_id` ended, once, and return every part of the
     attempt as it stands now; None if the attempt has no part there (a job on one
     node). A part already recorded as ended keeps its first ending."""
+    # Most jobs run on one node: one read tells, before any lock or transaction.
+    if not await pool.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM job_parts WHERE job_id = $1 AND attempt = $2)",
+        job_id,
+        attempt,
+    ):
+        return None
     async with pool.acquire() as conn, conn.transaction():
         # Parts end at once on their nodes: each ending waits for the one before it, so
         # that the last sees every other ended (and settles the job) whatever the order.

@@ -25,8 +25,10 @@ async def register(pool: asyncpg.Pool, node_id: str, inv: Inventory) -> None:
             inv.memory_mib,
             inv.gpu_backend,
         )
+        # A GPU gone from the inventory (it fell off the bus, say) keeps its row while it
+        # has a fault: the fault stands until an admin clears it.
         await conn.execute(
-            "DELETE FROM gpus WHERE node_id = $1 AND NOT uuid = ANY($2::text[])",
+            "DELETE FROM gpus WHERE node_id = $1 AND NOT uuid = ANY($2::text[]) AND fault IS NULL",
             node_id,
             [g.uuid for g in inv.gpus],
         )
@@ -161,10 +163,12 @@ async def record_fault(
 async def clear_fault(pool: asyncpg.Pool, node_id: str, uuid: str) -> asyncpg.Record | None:
     """Put the node's GPU back into placement; its fault as it was, None if it had none
     (or the node has no such GPU)."""
+    # Locked first: of two clears at once, the second finds nothing left to clear.
     return await pool.fetchrow(
-        "UPDATE gpus g SET fault = NULL, fault_xid = NULL, fault_at = NULL"
-        " FROM gpus old WHERE g.uuid = old.uuid AND g.node_id = $1 AND g.uuid = $2"
-        " AND old.fault IS NOT NULL RETURNING old.fault, old.fault_xid, old.fault_at",
+        "WITH old AS (SELECT uuid, fault, fault_xid, fault_at FROM gpus"
+        " WHERE node_id = $1 AND uuid = $2 AND fault IS NOT NULL FOR UPDATE)"
+        " UPDATE gpus g SET fault = NULL, fault_xid = NULL, fault_at = NULL FROM old"
+        " WHERE g.uuid = old.uuid RETURNING old.fault, old.fault_xid, old.fault_at",
         node_id,
         uuid,
     )

@@ -9,10 +9,12 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
+import msgspec
 import pytest
 
 from schedd.store import jobs, tokens
 from shared import protocol as p
+from shared.model import JobKind
 from tests.integration.fake_agent import FakeAgent, agent_on, started, state_becomes
 from tests.integration.inprocess import Schedd, api_call, api_get, start_schedd, submit
 
@@ -94,7 +96,7 @@ async def test_a_job_on_a_gpu_that_faults_keeps_it_until_it_ends(
     agent = await agent_on(schedd, "n1")
     holder = await submit(schedd, pool, gpus=2)
     await started(agent, pool, holder)
-    await faulted(schedd, agent, "n1-g0", None)  # lost: no XID
+    await faulted(schedd, agent, "n1-g0", 79)  # fell off the bus
     # Not killed by schedd (the fault kills it, or it ends): its GPUs stay its own.
     (job,) = await schedd.scheduler.placed_now()
     assert job.job_id == holder and (await jobs.get(pool, holder))["state"] == "running"
@@ -136,4 +138,44 @@ async def test_a_gpu_that_cannot_be_read_is_out_while_it_cannot(
     back = p.GpuSample(uuid="n1-g0", utilization_pct=0, memory_used_mib=0)
     await agent.send(p.GpuState(samples=[back]))
     assert sorted((await started(agent, pool, pair)).gpu_uuids) == ["n1-g0", "n1-g1"]
+    await agent.close()
+
+
+async def test_a_gpu_out_that_an_opportunistic_job_holds_goes_to_nobody(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    """An opportunistic job does not own its GPU: were it not out, a guaranteed job
+    could take it."""
+    agent = await agent_on(schedd, "n1")
+    guest = await submit(schedd, pool, kind=JobKind.OPPORTUNISTIC)
+    (uuid,) = (await started(agent, pool, guest)).gpu_uuids
+    await faulted(schedd, agent, uuid, 79)
+    pair = await submit(schedd, pool, gpus=2)
+    await waits_with(schedd, pair, "no_capacity")
+    # Cleared, the GPU is the pair's, beside the guest as any GPU only a guest holds.
+    admin = await tokens.create(pool, "root", "admin")
+    assert (await api_call(schedd, admin, "DELETE", f"/v1/nodes/n1/gpus/{uuid}/fault"))[0] == 200
+    assert sorted((await started(agent, pool, pair)).gpu_uuids) == ["n1-g0", "n1-g1"]
+    await agent.close()
+
+
+async def test_a_fault_stays_when_the_gpu_leaves_the_inventory_and_is_cleared_once(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent = await agent_on(schedd, "n1")
+    admin = await tokens.create(pool, "root", "admin")
+    await faulted(schedd, agent, "n1-g1", 79)
+    # The agent restarts and no longer finds the GPU (it fell off the bus).
+    await agent.close()
+    agent = FakeAgent(schedd.server, "n1", gpus=1)
+    agent.inventory = msgspec.structs.replace(
+        agent.inventory, gpus=[p.GpuInfo(index=0, uuid="n1-g0", model="Sim", memory_mib=1000)]
+    )
+    await agent.connect(hub=schedd.hub)
+    assert (await gpu_shown(schedd, admin, "n1-g1"))["fault"] == "XID 79"
+    # Two admins clear it at once: one clears it, the other finds nothing to clear.
+    path = "/v1/nodes/n1/gpus/n1-g1/fault"
+    answers = await asyncio.gather(*(api_call(schedd, admin, "DELETE", path) for _ in range(2)))
+    assert sorted(status for status, _ in answers) == [200, 409]
+    assert "n1-g1" not in schedd.hub.faulty
     await agent.close()

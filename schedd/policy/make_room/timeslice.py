@@ -56,6 +56,7 @@ def _joinable(job: PlacedJob, view: View) -> bool:
         may_take_turns(job)
         and 1 + sizes[job.gpu_uuids] < view.settings.timeslice_max
         and job.gpu_uuids not in packed
+        and not view.on_gpus_out(job)
     )
 
 

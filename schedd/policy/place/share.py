@@ -88,7 +88,7 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         if cap.memory_mib < request.memory_mib:
             filtered["with too little free memory"] += 1
             continue
-        taken = view.shared.get(node_id, frozenset())
+        taken = view.shared.get(node_id, frozenset()) | node.out
         usable = sorted(
             (use, g.index, g)
             for g in node.gpus
