@@ -575,6 +575,9 @@ async def on_checkpointed_exit(pool: asyncpg.Pool, row: asyncpg.Record, event: J
             only_from=(JobState.RUNNING,),
             checkpoint_path=event.checkpoint,
             pin_node_id=target,
+            # The GPUs a plan chose there stay its own until it is placed again on them
+            # (a user's move names none).
+            migrate_gpu_uuids=row["migrate_gpu_uuids"] if target is not None else None,
             gpus=gpus if gpus is not None else row["gpus"],
             exit_code=event.exit_code,
         )

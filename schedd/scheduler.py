@@ -443,6 +443,7 @@ class Scheduler:
                 stay_guaranteed=r["stay_guaranteed"],
                 spec_kind=r["spec_kind"],
                 gpu_range=_gpu_range(r),
+                resume_on=tuple(r["migrate_gpu_uuids"] or ()) if r["pin_node_id"] else (),
             )
             for r in pending_rows
         )

@@ -31,7 +31,13 @@ from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKin
 from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
 from schedd.policy.place import share
-from schedd.policy.placement import NoFit, Placement, needs_spreading, node_can_ever_fit
+from schedd.policy.placement import (
+    NoFit,
+    Placement,
+    has_room,
+    needs_spreading,
+    node_can_ever_fit,
+)
 from schedd.policy.reservation import reservation_for
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
@@ -39,6 +45,7 @@ from schedd.policy.snapshot import (
     OPPORTUNISTIC,
     PendingJob,
     Request,
+    Shard,
     Snapshot,
     holds_gpus,
     interned,
@@ -122,10 +129,13 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     view = View.build(snapshot, now, stages.settings)
     for decide in stages.decide:
         result.actions.extend(decide(view))
+    resumed = _resume_moves(view, result)
     blocker: str | None = None
     reservations = 0
     alike = _WaitsAlike(stages, view)
     for pending in stages.order(snapshot.pending, view):
+        if resumed and pending.job_id in resumed:
+            continue
         if blocker is None and (known := alike.wait(pending)) is not None:
             result.waiting[pending.job_id] = known
             continue
@@ -287,6 +297,31 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
         NO_SHAREABLE_GPU,
         f"no node has {job.request.gpus} GPU(s) to share: {placed.describe(job.request)}",
     )
+
+
+def _resume_moves(view: View, result: Plan) -> set[str]:
+    """Jobs requeued to move, launched first on the GPUs a plan chose for them there
+    (`PendingJob.resume_on`), where those are still free: they ran a moment ago, and the
+    move was decided with those GPUs theirs. Where they are not (taken meanwhile, or
+    the node away), the job waits its turn as any other."""
+    resumed: set[str] = set()
+    for job in view.snapshot.pending:
+        if not job.resume_on or job.request.node_id is None:
+            continue
+        node_id = job.request.node_id
+        cap = view.capacity.get(node_id)
+        if cap is None or len(job.resume_on) != job.request.gpus:
+            continue
+        free = {g.uuid for g in cap.free_gpus}
+        if not free.issuperset(job.resume_on) or not has_room(
+            cap.cpus, cap.memory_mib, job.request
+        ):
+            continue
+        shards = (Shard(node_id, job.resume_on),)
+        view.take(job, shards)
+        result.actions.append(Launch(job.job_id, shards, "resumes on the GPUs held for its move"))
+        resumed.add(job.job_id)
+    return resumed
 
 
 def _awaiting_leavers(view: View) -> Wait:

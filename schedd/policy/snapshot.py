@@ -147,6 +147,9 @@ class PendingJob:
     # An elastic job (Gandiva's grow/shrink) may run on any GPU count in this range
     # (`request.gpus` is the most); None: exactly `request.gpus`.
     gpu_range: tuple[int, int] | None = None
+    # A job requeued to move (a migration or a resize a plan decided): the GPUs chosen
+    # for it on `request.node_id`, where it resumes before any other job is placed.
+    resume_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

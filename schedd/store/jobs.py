@@ -197,7 +197,8 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
         " spec->'inputs' AS inputs, prefetched_to,"
         " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
-        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus"
+        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus,"
+        " migrate_gpu_uuids"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
@@ -355,6 +356,7 @@ _SETTABLE = {
     "checkpoint_path",
     "pin_node_id",
     "migrate_to",
+    "migrate_gpu_uuids",
     "resize_to",
     "gpus",
 }

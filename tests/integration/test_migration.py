@@ -133,6 +133,7 @@ async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
     requeued = next(s for s in planned[before_exit:] if any(j.job_id == x for j in s.pending))
     waiting = next(j for j in requeued.pending if j.job_id == x)
     assert waiting.request.node_id == "n2" and waiting.attained_s > 0
+    assert waiting.resume_on == tuple(v_gpu)  # held for it: it resumes there first
     assert all(j.job_id != x for j in requeued.placed)
 
     await n2.start(relaunch)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from schedd.policy.actions import Migrate, Plan
-from schedd.policy.snapshot import MIGRATING, SUSPENDED, PlacedJob, Shard
+from schedd.policy.snapshot import MIGRATING, SUSPENDED, PlacedJob, Request, Shard
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
 
@@ -170,3 +170,28 @@ def test_a_shrink_in_place_frees_only_the_gpus_it_leaves(gpus: int, code: str) -
     plan = run("tiresias", snapshot([a], [pending("waiting", gpus)], [shrinking]), now=1000.0)
     assert not launches(plan) and not preempted(plan)
     assert plan.waiting["waiting"].code == code
+
+
+@pytest.mark.parametrize("profile", ["fifo", "default", "gandiva"])
+def test_a_job_requeued_to_move_resumes_on_its_gpus_before_older_jobs(profile: str) -> None:
+    """Its checkpoint saved, a mover waits pinned to its target with the GPU chosen for
+    it: an older waiting job that would take that GPU first does not."""
+    b = node("b", 2)
+    held = placed("held", b, [0], started_at=0.0, estimate_s=50_000.0)
+    old = pending("old", 1, at=0.0)
+    mover = dataclasses.replace(
+        pending("mover", 1, at=500.0, attained_s=900.0),
+        request=Request(1, 1, 1024, node_id="b"),
+        resume_on=("b-g1",),
+    )
+    plan = run(profile, snapshot([b], [old, mover], [held]), now=1000.0)
+    assert launches(plan)["mover"].gpu_uuids == ("b-g1",)
+    assert "resumes on the GPUs held" in launches(plan)["mover"].reason
+    # The older job gets no GPU of the mover's (under gandiva it takes turns on b-g0).
+    assert "old" not in launches(plan) or launches(plan)["old"].gpu_uuids == ("b-g0",)
+    # Its GPU taken meanwhile: it takes its turn, pinned, as any job (under gandiva
+    # literally: by turns).
+    taken = [held, placed("thief", b, [1], started_at=900.0)]
+    plan = run(profile, snapshot([b], [old, mover], taken), now=1000.0)
+    again = launches(plan).get("mover")
+    assert again is None or "resumes on the GPUs held" not in again.reason
