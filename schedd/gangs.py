@@ -54,7 +54,7 @@ def launches(
     """(node, message) for each part of a job placed on `shards`: the job's CPUs and
     memory split over its parts in proportion to their GPUs, as the policy counted
     them. A job on one shard gets one message and no gang."""
-    request = Request(len([u for s in shards for u in s.gpu_uuids]), spec.cpus, spec.memory_mib)
+    request = Request(sum(len(s.gpu_uuids) for s in shards), spec.cpus, spec.memory_mib)
     out = []
     for rank, (shard, part) in enumerate(
         zip(shards, shard_requests(request, tuple(shards)), strict=True)
@@ -190,6 +190,9 @@ async def _break_up(
         )
 
 
+_SETTLE_TRIES = 5  # a cancel or preemption at most per try: a few reach any end
+
+
 async def _settle(
     pool: asyncpg.Pool, job_id: str, attempt: int, parts: Sequence[asyncpg.Record]
 ) -> None:
@@ -207,9 +210,6 @@ async def _settle(
         if moved.ok:
             return
     log.warning("gang not settled", job_id=job_id, attempt=attempt, tries=_SETTLE_TRIES)
-
-
-_SETTLE_TRIES = 5
 
 
 def _outcome(

@@ -12,6 +12,7 @@ import hmac
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from aiohttp import WSMsgType, web
@@ -112,7 +113,8 @@ class Hub:
         """The GPUs of the largest node connected, or away for less than
         `node_lost_after_s` (it is then expected back)."""
         since = time.time() - self.config.node_lost_after_s
-        sizes = [self._usable(link) for link in self.links.values()]
+        out = self.out_of_placement()
+        sizes = [self._usable(link, out) for link in self.links.values()]
         sizes += [gpus for gpus, away in self._away.values() if away > since]
         return max(sizes, default=0)
 
@@ -120,9 +122,9 @@ class Hub:
         """The GPUs nothing new may be placed on: faulty, or unreadable."""
         return self.faulty | self.unreadable
 
-    def _usable(self, link: AgentLink) -> int:
-        """The node's GPUs that may take jobs: not faulty, not unreadable."""
-        out = self.out_of_placement()
+    @staticmethod
+    def _usable(link: AgentLink, out: set[str]) -> int:
+        """The node's GPUs that may take jobs: not among `out`."""
         return sum(g.uuid not in out for g in link.hello.inventory.gpus)
 
     # ---- connection --------------------------------------------------------
@@ -190,7 +192,7 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
-        self._away[link.node_id] = (self._usable(link), time.time())
+        self._away[link.node_id] = (self._usable(link, self.out_of_placement()), time.time())
         # The timer first: a server that cancels the handler of a dropped connection
         # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)
@@ -217,9 +219,7 @@ class Hub:
         """A placed job that its node no longer runs: requeue it, or finish a cancel;
         for a gang, its part there is lost (`gangs.part_ended`)."""
         job_id, attempt, state = job["id"], job["attempt"], JobState(job["state"])
-        if await gangs.part_ended(
-            self.pool, self.send, self.config.kill_grace_s, job, node_id, reason=why, lost=True
-        ):
+        if await self._part_ended(job, node_id, reason=why, lost=True):
             return
         if state is JobState.CANCELLING:
             await jobs.transition(self.pool, job_id, JobState.CANCELLED, why, attempt=attempt)
@@ -313,6 +313,12 @@ class Hub:
             case Hello():
                 log.warning("second hello ignored", node_id=link.node_id)
 
+    async def _part_ended(self, row: asyncpg.Record, node_id: str, **ending: Any) -> bool:
+        """`gangs.part_ended` for the job's part on the node; False for a job on one node."""
+        return await gangs.part_ended(
+            self.pool, self.send, self.config.kill_grace_s, row, node_id, **ending
+        )
+
     async def _on_fault(self, link: AgentLink, event: GpuFault) -> None:
         """An XID error: logged; one that points at the GPU (not a job's own, by
         `gpu_fault_ignore_xids`) takes it out of placement until an admin clears it."""
@@ -368,15 +374,8 @@ class Hub:
         row = await jobs.get(self.pool, event.job_id)
         words = describe_exit(event.exit_code, event.signal)
         if row is not None and row["attempt"] == event.attempt:
-            if await gangs.part_ended(
-                self.pool,
-                self.send,
-                self.config.kill_grace_s,
-                row,
-                link.node_id,
-                exit_code=event.exit_code,
-                exit_signal=event.signal,
-            ):
+            ending = {"exit_code": event.exit_code, "exit_signal": event.signal}
+            if await self._part_ended(row, link.node_id, **ending):
                 await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
                 self.wake()
                 return
@@ -431,14 +430,7 @@ class Hub:
         if (
             row is not None
             and row["attempt"] == event.attempt
-            and await gangs.part_ended(
-                self.pool,
-                self.send,
-                self.config.kill_grace_s,
-                row,
-                link.node_id,
-                reason=event.reason,
-            )
+            and await self._part_ended(row, link.node_id, reason=event.reason)
         ):
             await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
             self.wake()

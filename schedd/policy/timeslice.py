@@ -61,7 +61,9 @@ def turns_begun_end(view: View) -> float | None:
 
 
 def suspended_jobs(view: View) -> list[PlacedJob]:
-    """Suspended jobs on connected nodes, the one paused longest first."""
+    """Suspended jobs that may be resumed, the one paused longest first: on connected
+    nodes, and on no GPU out of placement (there, it stays paused: no resume, no pack,
+    no partner moved away for it)."""
     key = ("timeslice_suspended",)
     known = view.memo.get(key)
     if known is None:
@@ -69,7 +71,9 @@ def suspended_jobs(view: View) -> list[PlacedJob]:
             (
                 j
                 for j in view.snapshot.placed
-                if j.state == SUSPENDED and all(s.node_id in view.capacity for s in j.shards)
+                if j.state == SUSPENDED
+                and all(s.node_id in view.capacity for s in j.shards)
+                and not view.on_gpus_out(j)
             ),
             key=lambda j: (since(j), j.job_id),
         )

@@ -116,6 +116,20 @@ async def started(agent: FakeAgent, pool: asyncpg.Pool, job_id: str) -> p.Launch
     return launch
 
 
+async def exited(
+    agent: FakeAgent,
+    job_id: str,
+    attempt: int = 1,
+    exit_code: int | None = None,
+    signal: int | None = None,
+) -> None:
+    """The job's process ended and schedd acknowledged it: the end is durable."""
+    await agent.send(
+        p.JobExited(job_id=job_id, attempt=attempt, exit_code=exit_code, signal=signal)
+    )
+    await agent.expect(p.ExitAck)
+
+
 async def stepping(agent: FakeAgent, pool: asyncpg.Pool, job_id: str, attempt: int = 1) -> None:
     """The job's shim reports mini-batches: it can save a checkpoint on request."""
     await agent.send(

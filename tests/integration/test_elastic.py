@@ -23,6 +23,7 @@ from tests.integration.fake_agent import (
     CHECKPOINT,
     agent_on,
     checkpointed,
+    exited,
     reasons,
     save_failed,
     started,
@@ -73,8 +74,7 @@ async def test_an_elastic_job_starts_on_fewer_gpus_and_grows_into_idle_ones(
     # The other job ends with none waiting: the elastic job grows into its GPUs, which
     # are held for it (the snapshot shows it migrating) while it saves its checkpoint.
     await stepping(n1, pool, elastic)
-    await n1.send(p.JobExited(job_id=other, attempt=1, exit_code=0))
-    await n1.expect(p.ExitAck)
+    await exited(n1, other, exit_code=0)
     ask = await n1.expect(p.Checkpoint)
     assert (ask.job_id, ask.attempt) == (elastic, 1)
     row = await jobs.get(pool, elastic)

@@ -17,7 +17,7 @@ from schedd.policy.actions import Preempt
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobSpec
-from tests.integration.fake_agent import FakeAgent, agent_on, reasons, state_becomes
+from tests.integration.fake_agent import FakeAgent, agent_on, exited, reasons, state_becomes
 from tests.integration.inprocess import Schedd, api_call, api_get, sends_lost, start_schedd
 
 ALICE = "alice"
@@ -106,11 +106,9 @@ async def test_a_job_larger_than_a_node_runs_as_one_part_per_node(
     ]
 
     # One part done: the job runs on until the other is.
-    await other.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
-    await other.expect(p.ExitAck)
+    await exited(other, job_id, exit_code=0)
     assert (await jobs.get(pool, job_id))["state"] == "running"
-    await head.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
-    await head.expect(p.ExitAck)
+    await exited(head, job_id, exit_code=0)
     row = await state_becomes(pool, job_id, "succeeded")
     assert row["exit_code"] == 0
     assert (await reasons(pool, job_id))[-1] == "every part exited with code 0"
@@ -122,16 +120,14 @@ async def test_a_failed_part_stops_the_others_and_the_job_fails_with_its_words(
     job_id, parts = await launched(schedd, pool, nodes)
     await start_all(pool, job_id, parts)
     (head, _), (other, _) = parts[0], parts[1]
-    await other.send(p.JobExited(job_id=job_id, attempt=1, exit_code=3))
-    await other.expect(p.ExitAck)
+    await exited(other, job_id, exit_code=3)
     kill = await head.expect(p.Kill)
     words = f"part 1 on node {other.node_id}: exited with code 3"
     assert (kill.job_id, kill.attempt, kill.grace_s) == (job_id, 1, 5.0)
     assert kill.reason == f"gang broken: {words}"
     # It holds the head's GPUs until that part has stopped too.
     assert (await jobs.get(pool, job_id))["state"] == "running"
-    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
-    await head.expect(p.ExitAck)
+    await exited(head, job_id, signal=15)
     row = await state_becomes(pool, job_id, "failed")
     assert (row["exit_code"], row["exit_signal"], row["reason"]) == (3, None, words)
 
@@ -162,8 +158,7 @@ async def test_a_cancel_reaches_every_part_and_ends_with_the_last(
     for agent, _ in parts.values():
         assert (await agent.expect(p.Kill)).job_id == job_id
     (head, _), (other, _) = parts[0], parts[1]
-    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
-    await head.expect(p.ExitAck)
+    await exited(head, job_id, signal=15)
     assert (await jobs.get(pool, job_id))["state"] == "cancelling"
     await other.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
     await state_becomes(pool, job_id, "cancelled")
@@ -189,8 +184,7 @@ async def test_a_part_lost_with_its_node_stops_the_others_and_requeues_the_job(
     assert kill.reason == f"gang broken: {words}"
     row = await state_becomes(pool, job_id, "preempting")
     assert row["reason"] == words
-    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
-    await head.expect(p.ExitAck)
+    await exited(head, job_id, signal=15)
     row = await state_becomes(pool, job_id, "pending")
     assert row["reason"] == f"requeued ({words}): every part has stopped"
     assert row["node_id"] is None and list(row["gpu_uuids"]) == []
@@ -282,8 +276,7 @@ async def test_a_preempted_gang_is_requeued_once_every_part_has_stopped(
     for agent, _ in parts.values():
         kill = await agent.expect(p.Kill)
         assert (kill.job_id, kill.reason) == (job_id, reason)
-        await agent.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
-        await agent.expect(p.ExitAck)
+        await exited(agent, job_id, signal=15)
     row = await state_becomes(pool, job_id, "pending")
     assert row["reason"] == f"requeued ({reason}): every part has stopped"
 

@@ -6,16 +6,19 @@ and a job that holds a GPU when it faults keeps it until it ends."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import asyncpg
 import msgspec
 import pytest
 
+from schedd.policy.actions import Launch, Plan
+from schedd.policy.snapshot import Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobKind
-from tests.integration.fake_agent import FakeAgent, agent_on, started, state_becomes
+from tests.integration.fake_agent import FakeAgent, agent_on, exited, started, state_becomes
 from tests.integration.inprocess import Schedd, api_call, api_get, start_schedd, submit
 
 
@@ -73,8 +76,7 @@ async def test_a_hardware_xid_takes_the_gpu_out_until_an_admin_clears_it(
     assert (status, body["detail"]) == (409, "GPU n1-g1 of node n1 has no fault to clear")
     assert (await gpu_shown(schedd, admin, "n1-g1"))["fault"] is None
     # Back in placement: the pair starts once the single job has ended.
-    await agent.send(p.JobExited(job_id=one, attempt=1, exit_code=0))
-    await agent.expect(p.ExitAck)
+    await exited(agent, one, exit_code=0)
     assert sorted((await started(agent, pool, pair)).gpu_uuids) == ["n1-g0", "n1-g1"]
     await agent.close()
 
@@ -84,9 +86,12 @@ async def test_a_jobs_own_xid_leaves_the_gpu_in_placement(
 ) -> None:
     agent = await agent_on(schedd, "n1")
     await agent.send(p.GpuFault(uuid="n1-g1", xid=13, error="XID 13"))
-    pair = await submit(schedd, pool, gpus=2)
-    assert sorted((await started(agent, pool, pair)).gpu_uuids) == ["n1-g0", "n1-g1"]
-    assert "n1-g1" not in schedd.hub.faulty
+    # A hardware XID on the other GPU after it: once that one is handled (a link's
+    # messages are handled in order), so was the job's own.
+    await faulted(schedd, agent, "n1-g0", 79)
+    assert schedd.hub.faulty == {"n1-g0"}
+    one = await submit(schedd, pool, gpus=1)
+    assert (await started(agent, pool, one)).gpu_uuids == ["n1-g1"]
     await agent.close()
 
 
@@ -102,8 +107,7 @@ async def test_a_job_on_a_gpu_that_faults_keeps_it_until_it_ends(
     assert job.job_id == holder and (await jobs.get(pool, holder))["state"] == "running"
     snapshot = await schedd.scheduler.snapshot(10)
     assert [g.uuid for g in snapshot.nodes[0].gpus] == ["n1-g0", "n1-g1"]
-    await agent.send(p.JobExited(job_id=holder, attempt=1, signal=9))
-    await agent.expect(p.ExitAck)
+    await exited(agent, holder, signal=9)
     await state_becomes(pool, holder, "failed")
     pair = await submit(schedd, pool, gpus=2)
     await waits_with(schedd, pair, "too_large")
@@ -178,4 +182,32 @@ async def test_a_fault_stays_when_the_gpu_leaves_the_inventory_and_is_cleared_on
     answers = await asyncio.gather(*(api_call(schedd, admin, "DELETE", path) for _ in range(2)))
     assert sorted(status for status, _ in answers) == [200, 409]
     assert "n1-g1" not in schedd.hub.faulty
+    await agent.close()
+
+
+async def test_a_launch_decided_before_a_fault_arrived_is_not_carried_out(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    """The fault comes while the plan's actions are carried out (here: right after the
+    plan), onto the very GPU a launch was to use: the launch is skipped."""
+    agent = await agent_on(schedd, "n1", gpus=1)
+    scheduler = schedd.scheduler
+    real = scheduler.profile.plan
+
+    def fault_after(snapshot: Snapshot, now: float) -> Plan:
+        plan = real(snapshot, now)
+        if any(isinstance(a, Launch) for a in plan.actions):
+            schedd.hub.faulty.add("n1-g0")
+        return plan
+
+    scheduler.profile = dataclasses.replace(scheduler.profile, plan=fault_after)
+    job = await submit(schedd, pool, gpus=1)
+    async with asyncio.timeout(5):
+        while "n1-g0" not in schedd.hub.faulty:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    scheduler.wake()  # as the hub does when a fault arrives
+    await waits_with(schedd, job, "too_large")  # the next cycle sees the GPU out
+    assert (await jobs.get(pool, job))["state"] == "pending"
+    with pytest.raises(TimeoutError):
+        await agent.expect(p.Launch, within=0.3)
     await agent.close()

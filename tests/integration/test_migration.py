@@ -23,6 +23,7 @@ from tests.integration.fake_agent import (
     FakeAgent,
     agent_on,
     checkpointed,
+    exited,
     reasons,
     save_failed,
     started,
@@ -72,8 +73,7 @@ async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
     # Z asks for two GPUs on one node: none has them, and no job of two GPUs runs to
     # take turns with. W's end leaves one free GPU in all: still nothing to move for.
     z = await submit(schedd, pool, gpus=2)
-    await n1.send(p.JobExited(job_id=w, attempt=1, exit_code=0))
-    await n1.expect(p.ExitAck)
+    await exited(n1, w, exit_code=0)
     await state_becomes(pool, w, "succeeded")
 
     # Record each snapshot the scheduler plans on, from V's end on.
@@ -89,8 +89,7 @@ async def test_a_job_moves_to_free_a_node_for_a_waiting_job(
 
     # V's end leaves one GPU free on each node: X moves to n2's, which frees n1 for Z.
     v_gpu = (await jobs.get(pool, v))["gpu_uuids"]  # type: ignore[index]
-    await n2.send(p.JobExited(job_id=v, attempt=1, exit_code=0))
-    await n2.expect(p.ExitAck)
+    await exited(n2, v, exit_code=0)
     checkpoint = await n1.expect(p.Checkpoint)
     assert (checkpoint.job_id, checkpoint.attempt) == (x, 1)
     row = await jobs.get(pool, x)
@@ -234,8 +233,7 @@ async def test_a_move_that_cannot_happen_holds_nothing(schedd: Schedd, pool: asy
     report = p.JobReport(job_id=job_id, attempt=launch.attempt, status="running")
     n1 = await agent_on(schedd, "n1", report)
     assert (await moving()).state == MIGRATING
-    await n1.send(p.JobExited(job_id=job_id, attempt=launch.attempt, exit_code=0))
-    await n1.expect(p.ExitAck)
+    await exited(n1, job_id, attempt=launch.attempt, exit_code=0)
     row = await state_becomes(pool, job_id, "succeeded")
     assert row["migrate_to"] is None and row["migrate_gpu_uuids"] is None
     for agent in (n1, n2):

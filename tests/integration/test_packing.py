@@ -16,7 +16,7 @@ import pytest
 from schedd.policy.snapshot import PACKED, SUSPENDED
 from schedd.store import jobs, tokens
 from shared import protocol as p
-from tests.integration.fake_agent import FakeAgent, reasons, started
+from tests.integration.fake_agent import FakeAgent, exited, reasons, started
 from tests.integration.inprocess import (
     PredictsUtilisation,
     Schedd,
@@ -168,8 +168,7 @@ async def test_a_packed_job_whose_partner_left_holds_the_gpu(
 
     # Its partner ends: it runs already, and takes the GPU as its holder (nothing to
     # send the agent), with its turn timed from now.
-    await agent.send(p.JobExited(job_id=second, attempt=1, exit_code=0))
-    await agent.expect(p.ExitAck)
+    await exited(agent, second, exit_code=0)
     async with asyncio.timeout(5):
         while (await placed(schedd))[first].state != "running":  # noqa: ASYNC110
             await asyncio.sleep(0.01)

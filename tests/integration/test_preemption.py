@@ -14,7 +14,7 @@ from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig, QueueConfig
 from shared.model import JobSpec, JobState
-from tests.integration.fake_agent import FakeAgent, state_becomes
+from tests.integration.fake_agent import FakeAgent, exited, state_becomes
 from tests.integration.inprocess import Schedd, start_schedd
 
 REASON = "preempted: queue a reclaims its guarantee for job j-x"
@@ -81,8 +81,7 @@ async def test_exit_code_zero_after_a_preemption_still_requeues(
     agent, job_id = await running_job(schedd, pool)
     await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
     await agent.expect(p.Kill)
-    await agent.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
-    await agent.expect(p.ExitAck)
+    await exited(agent, job_id, exit_code=0)
     assert (await agent.expect(p.Launch)).attempt == 2
     assert [e["to_state"] for e in await jobs.events(pool, job_id)][-2:] == ["pending", "assigned"]
     await agent.close()
@@ -162,8 +161,7 @@ async def test_a_preempted_job_reported_running_is_killed_again(
 
 async def test_a_finished_job_is_not_preempted(schedd: Schedd, pool: asyncpg.Pool) -> None:
     agent, job_id = await running_job(schedd, pool)
-    await agent.send(p.JobExited(job_id=job_id, attempt=1, exit_code=0))
-    await agent.expect(p.ExitAck)
+    await exited(agent, job_id, exit_code=0)
     assert not await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
     assert (await jobs.get(pool, job_id))["state"] == "succeeded"
     await agent.close()
@@ -202,8 +200,7 @@ async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncp
         assert sorted(states) == ["preempting", "running"]
         why = schedd.scheduler.why_pending(alices)
         assert why.code == "preempting" and kill.job_id in why.reason
-        await agent.send(p.JobExited(job_id=kill.job_id, attempt=1, signal=15))
-        await agent.expect(p.ExitAck)
+        await exited(agent, kill.job_id, signal=15)
         launch = await agent.expect(p.Launch)
         assert launch.job_id == alices
         victim = await jobs.get(pool, kill.job_id)

@@ -106,3 +106,11 @@ def test_no_pack_where_an_opportunistic_job_shares_the_gpus() -> None:
     sharer = dataclasses.replace(placed_job("o", N, [0], utilization_pct=10), kind="opportunistic")
     snap = snapshot([N], [], [job("a", util=30), job("s", SUSPENDED, util=30), sharer])
     assert acts(gandiva(snap, 1000.0)) == []
+
+
+def test_no_pack_onto_a_gpu_out_of_placement() -> None:
+    """Two little-used jobs take turns on a GPU that has since faulted (`Node.out`): the
+    one paused stays paused; the running one keeps the GPU until it ends."""
+    out = dataclasses.replace(N, out=frozenset({"n-g0"}))
+    snap = snapshot([out], [], [job("a", util=40), job("s", SUSPENDED, util=30)])
+    assert acts(gandiva(snap, now=1000.0)) == []

@@ -64,7 +64,7 @@ def decide(view: View) -> list[Action]:
             )
     for job in waiting:
         partner = _partner(job, holder)
-        if partner is None or view.on_gpus_out(job) or not _packable(job, partner, view):
+        if partner is None or not _packable(job, partner, view):
             continue
         view.mark(job.job_id)  # one pack each, this cycle
         view.mark(partner.job_id)

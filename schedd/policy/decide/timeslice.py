@@ -33,8 +33,6 @@ def decide(view: View) -> list[Action]:
     holder = holders(view)
     actions: list[Action] = []
     for job in waiting:
-        if view.on_gpus_out(job):
-            continue  # a faulty GPU: it stays paused (its holder's turn is its last)
         free = free_uuids(job, view)
         busy = [u for u in job.gpu_uuids if u not in free]
         if any(u not in holder for u in busy):
