@@ -718,8 +718,10 @@ def _placed(
         utilization_pct=None if utilisation is None else round(utilisation),
         state_since=paused_at if sliced else row["resumed_s"],
         moving_to=(Shard(row["migrate_to"], target),) if target and row["migrate_to"] else (),
-        # Its shim reports mini-batches and no checkpoint of this attempt failed.
-        checkpointable=row["checkpointable"] is True,
+        # Its shim reports mini-batches and no checkpoint of this attempt failed. A gang
+        # never is: a control acts through one node's shim (job_controls), so no plan
+        # moves or resizes it only to see that refused, cycle after cycle.
+        checkpointable=row["checkpointable"] is True and not row["parts"],
         gpu_range=_gpu_range(row),
         progress_ratio=_progress_ratio(row, packed_since),
         packable=controls.get("packable", True) is not False,

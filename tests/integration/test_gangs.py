@@ -7,18 +7,34 @@ shows and refuses."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import aiohttp
 import asyncpg
 import pytest
 
-from schedd.policy.actions import Preempt
+from schedd.policy.actions import Migrate, Plan, Preempt
+from schedd.policy.snapshot import Snapshot
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobSpec
-from tests.integration.fake_agent import FakeAgent, agent_on, exited, reasons, state_becomes
-from tests.integration.inprocess import Schedd, api_call, api_get, sends_lost, start_schedd
+from tests.integration.fake_agent import (
+    FakeAgent,
+    agent_on,
+    exited,
+    reasons,
+    state_becomes,
+    stepping,
+)
+from tests.integration.inprocess import (
+    Schedd,
+    api_call,
+    api_get,
+    sends_lost,
+    start_gandiva,
+    start_schedd,
+)
 
 ALICE = "alice"
 SAMPLES = "SELECT gpu_util_samples FROM jobs WHERE id = $1"
@@ -366,3 +382,35 @@ async def state_becomes_part_ended(pool: asyncpg.Pool, job_id: str, rank: int) -
             rank,
         ):
             await asyncio.sleep(0.01)
+
+
+async def test_a_gang_is_never_planned_to_move(pool: asyncpg.Pool) -> None:
+    """Job controls act on one node, so a gang cannot save a checkpoint on request: the
+    snapshot says so, and gandiva's gather plans no move of it onto a node that joins
+    large enough to hold it whole (it planned one, refused, every cycle)."""
+    async with start_gandiva(pool, min_run_s=0.0) as schedd:
+        agents = [await agent_on(schedd, "n1"), await agent_on(schedd, "n2")]
+        job_id, parts = await launched(schedd, pool, agents)
+        await start_all(pool, job_id, parts)
+        await stepping(parts[0][0], pool, job_id)  # its shim reports mini-batches
+        (gang,) = await schedd.scheduler.placed_now()
+        assert len(gang.shards) == 2 and not gang.checkpointable
+
+        scheduler = schedd.scheduler
+        real = scheduler.profile.plan
+        seen: list[tuple[frozenset[str], list[object]]] = []
+
+        def recording(snapshot: Snapshot, now: float) -> Plan:
+            plan = real(snapshot, now)
+            seen.append((frozenset(n.node_id for n in snapshot.nodes), list(plan.actions)))
+            return plan
+
+        scheduler.profile = dataclasses.replace(scheduler.profile, plan=recording)
+        big = await agent_on(schedd, "big", gpus=4)
+        async with asyncio.timeout(5):
+            while not any("big" in nodes for nodes, _ in seen):  # noqa: ASYNC110 - the plans' own record
+                await asyncio.sleep(0.01)
+        assert not [a for _, actions in seen for a in actions if isinstance(a, Migrate)]
+        assert (await jobs.get(pool, job_id))["state"] == "running"  # type: ignore[index]
+        for agent in (*agents, big):
+            await agent.close()
