@@ -725,6 +725,7 @@ def _placed(
         gpu_range=_gpu_range(row),
         progress_ratio=_progress_ratio(row, packed_since),
         packable=controls.get("packable", True) is not False,
+        paused=running and not sliced and bool(controls["suspended"]),
     )
 
 

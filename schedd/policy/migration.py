@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from schedd.policy.actions import Migrate
-from schedd.policy.placement import has_room, node_can_ever_fit
+from schedd.policy.actions import Migrate, Plan
+from schedd.policy.placement import has_room, needs_spreading, node_can_ever_fit
+from schedd.policy.reservation import reservation_for
 from schedd.policy.snapshot import (
     GUARANTEED,
     MIGRATING,
     PendingJob,
     PlacedJob,
     Shard,
+    holds_gpus,
 )
 from schedd.policy.timeslice import group_sizes, since
 from schedd.policy.view import View
@@ -26,13 +28,14 @@ Taken = dict[str, set[str]]
 
 
 def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
-    """A running guaranteed job that can save a checkpoint, has run `min_run_s` since it
-    started, resumed or last moved (no moving back and forth), and not already chosen
-    by this plan; `alone`: with no job taking turns on its GPUs (it would be left
-    behind, waiting for GPUs nobody uses)."""
+    """A running guaranteed job that can save a checkpoint (not paused by its user), has
+    run `min_run_s` since it started, resumed or last moved (no moving back and forth),
+    and not already chosen by this plan; `alone`: with no job taking turns on its GPUs
+    (it would be left behind, waiting for GPUs nobody uses)."""
     return (
         job.state == "running"
         and job.checkpointable
+        and not job.paused
         and job.kind == GUARANTEED
         and job.request.gpus > 0
         and not view.decided(job.job_id)
@@ -147,3 +150,27 @@ def move(job: PlacedJob, shards: tuple[Shard, ...], view: View, reason: str) -> 
     view.claim(job, shards)
     (shard,) = shards
     return Migrate(job.job_id, shard.node_id, shard.gpu_uuids, reason)
+
+
+def waiting_for_room(view: View, plan: Plan) -> list[PendingJob]:
+    """The first `migrate_jobs` jobs waiting for capacity that fit a node."""
+    by_id = {j.job_id: j for j in view.snapshot.pending}
+    out = []
+    for job_id, wait in plan.waiting.items():
+        job = by_id.get(job_id)
+        if wait.code != "no_capacity" or job is None or not holds_gpus(job):
+            continue
+        if job.request.gpus <= 0 or needs_spreading(job, view):
+            continue
+        out.append(job)
+        if len(out) >= view.settings.migrate_jobs:
+            break
+    return out
+
+
+def expected_wait(job: PendingJob, view: View) -> float:
+    """Until enough GPUs free up for it by the running jobs' estimates."""
+    held = reservation_for(job, view)
+    if held is None:
+        return view.settings.default_estimate_s
+    return max(held.expected_start - view.now, 0.0)

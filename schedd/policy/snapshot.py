@@ -200,6 +200,11 @@ class PlacedJob:
     progress_ratio: float | None = None
     # False once a pack of it was undone in this attempt: it is not packed again.
     packable: bool = True
+    # Suspended by its user: it keeps its GPUs (its memory is on them) but runs no step,
+    # so nobody takes turns with it or packs beside it, and it saves no checkpoint to
+    # move or resize until its user resumes it. The scheduler's own suspensions are
+    # state SUSPENDED instead.
+    paused: bool = False
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -276,21 +281,34 @@ def shard_requests(job_request: Request, shards: tuple[Shard, ...]) -> list[Requ
     ]
 
 
+def beyond(held: Request, part: Request, gpus: int) -> Request:
+    """What `part` of a move adds on a node where the job holds `held` already (a grow
+    in place, a spread job gathered onto one of its nodes): `gpus` new GPUs, and the
+    CPUs and memory beyond those it has there."""
+    return Request(
+        gpus,
+        max(part.cpus - held.cpus, 0.0),
+        max(part.memory_mib - held.memory_mib, 0),
+        part.gpu_memory_mib,
+    )
+
+
 def held_parts(job: PlacedJob) -> list[tuple[Shard, Request]]:
     """What the job holds on each node: its shards, and a moving job's target too (on a
-    node where it runs already, only the GPUs it does not hold yet: a grow in place)."""
+    node where it runs already, only what it does not hold there yet: `beyond`)."""
     parts = list(zip(job.shards, shard_requests(job.request, job.shards), strict=True))
     if not job.moving_to:
         return parts
-    own = {s.node_id: frozenset(s.gpu_uuids) for s in job.shards}
+    own = {s.node_id: (frozenset(s.gpu_uuids), part) for s, part in parts}
     for shard, part in zip(job.moving_to, shard_requests(job.request, job.moving_to), strict=True):
         here = own.get(shard.node_id)
         if here is None:
             parts.append((shard, part))
             continue
-        extra = tuple(u for u in shard.gpu_uuids if u not in here)
-        if extra:
-            parts.append((Shard(shard.node_id, extra), Request(len(extra), 0.0, 0)))
+        extra = tuple(u for u in shard.gpu_uuids if u not in here[0])
+        more = beyond(here[1], part, len(extra))
+        if extra or more.cpus or more.memory_mib:
+            parts.append((Shard(shard.node_id, extra), more))
     return parts
 
 

@@ -116,9 +116,11 @@ def free_uuids(job: PlacedJob, view: View) -> set[str]:
 
 
 def may_take_turns(job: PlacedJob) -> bool:
-    """A running guaranteed job on one node: the kind that can be paused for another."""
+    """A running guaranteed job on one node, not paused by its user: the kind that can
+    be paused for another."""
     return (
         job.state == "running"
+        and not job.paused
         and job.kind == GUARANTEED
         and holds_gpus(job)
         and len(job.shards) == 1

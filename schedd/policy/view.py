@@ -22,6 +22,7 @@ from schedd.policy.snapshot import (
     Request,
     Shard,
     Snapshot,
+    beyond,
     holds_gpus,
     shard_requests,
 )
@@ -200,14 +201,20 @@ class View:
             self._share(job, shards)
             return
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
-            cap = self.writable(shard.node_id)
-            del self.by_free[len(cap.free_gpus)][shard.node_id]
-            cap.take(shard.gpu_uuids, part)
-            self.by_free[len(cap.free_gpus)][shard.node_id] = None
-            sizes = self.gpu_sizes.setdefault(shard.node_id, {})  # owned: `writable` above
-            sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
+            self._take_on(shard, part, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
         self.launched.append((shards, self.now + self.estimate(job)))
+
+    def _take_on(self, shard: Shard, part: Request, size: int | None) -> None:
+        """Take the shard's GPUs, and `part`'s CPUs and memory, on its node, which moves
+        among the nodes by free GPUs; count a job of `size` GPUs there (None: none new)."""
+        cap = self.writable(shard.node_id)
+        del self.by_free[len(cap.free_gpus)][shard.node_id]
+        cap.take(shard.gpu_uuids, part)
+        self.by_free[len(cap.free_gpus)][shard.node_id] = None
+        if size is not None:
+            sizes = self.gpu_sizes.setdefault(shard.node_id, {})  # owned: `writable` above
+            sizes[size] = sizes.get(size, 0) + 1
 
     def _share(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
         """An opportunistic job takes CPUs and memory, and the GPUs' one sharing place;
@@ -263,12 +270,7 @@ class View:
         self.generation += 1
         self.touched.add(job.job_id)
         for shard in job.shards:
-            cap = self.writable(shard.node_id)
-            del self.by_free[len(cap.free_gpus)][shard.node_id]
-            cap.take(shard.gpu_uuids, _GPUS_ONLY)
-            self.by_free[len(cap.free_gpus)][shard.node_id] = None
-            sizes = self.gpu_sizes.setdefault(shard.node_id, {})
-            sizes[job.request.gpus] = sizes.get(job.request.gpus, 0) + 1
+            self._take_on(shard, _GPUS_ONLY, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
         self.launched.append((job.shards, self.now + self.remaining(job)))
 
@@ -277,14 +279,18 @@ class View:
         keeps its own until it runs there, still one job of its queue's."""
         self.generation += 1
         self.touched.add(job.job_id)  # moving: no victim, nor moved again, this cycle
-        here = {s.node_id for s in job.shards}
+        own = dict(
+            zip(
+                (s.node_id for s in job.shards),
+                shard_requests(job.request, job.shards),
+                strict=True,
+            )
+        )
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
-            cap = self.writable(shard.node_id)
-            del self.by_free[len(cap.free_gpus)][shard.node_id]
-            if shard.node_id in here:  # a grow in place: its CPUs and memory are there
-                part = _GPUS_ONLY
-            cap.take(shard.gpu_uuids, part)
-            self.by_free[len(cap.free_gpus)][shard.node_id] = None
+            held = own.get(shard.node_id)
+            if held is not None:  # some of its CPUs and memory are there already
+                part = beyond(held, part, len(shard.gpu_uuids))
+            self._take_on(shard, part, None)
 
     def _count(self, queue: str, user: str, r: Resources, sign: int) -> None:
         for q in lineage(queue):

@@ -478,6 +478,12 @@ async def transition(
         )
         return Moved(True, to, row["new_attempt"], previous=src)
     current = JobState(row["current"])
+    if current is to and attempt in (None, row["attempt"]):
+        # Already there: a repeated report (a reconnect's hello, a gang's later part's
+        # start), which is no news to an operator.
+        detail = f"already {to.value}"
+        log.debug("job transition refused", job_id=job_id, to_state=to.value, detail=detail)
+        return Moved(False, current, row["attempt"], detail)
     if attempt is not None and row["attempt"] != attempt:
         detail = f"stale report for attempt {attempt}; the job is at attempt {row['attempt']}"
     else:

@@ -9,6 +9,7 @@ import pytest
 
 from schedd.store import db, jobs
 from shared.model import JobSpec, JobState
+from tests.unit.recording_log import RecordingLog
 
 
 def spec(name: str = "train", **kw: object) -> JobSpec:
@@ -119,6 +120,22 @@ async def test_illegal_transition_is_refused_and_changes_nothing(pool: asyncpg.P
     assert "illegal transition pending -> succeeded" in moved.detail
     assert (await jobs.get(pool, row["id"]))["state"] == "pending"
     assert len(await jobs.events(pool, row["id"])) == 1
+
+
+async def test_a_repeated_transition_is_refused_as_no_news(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second report of a state the job is in (a reconnect's hello, a gang's later
+    part) changes nothing and is logged below info; an illegal one is logged at info."""
+    recorded = RecordingLog()
+    monkeypatch.setattr(jobs, "log", recorded)
+    row, _ = await jobs.submit(pool, "alice", spec(), None)
+    moved = await jobs.transition(pool, row["id"], JobState.PENDING, "again")
+    assert not moved.ok and moved.current is JobState.PENDING and moved.detail == "already pending"
+    assert len(await jobs.events(pool, row["id"])) == 1
+    assert recorded.events("info") == [] and recorded.events("debug") == ["job transition refused"]
+    await jobs.transition(pool, row["id"], JobState.SUCCEEDED, "nonsense")
+    assert recorded.events("info") == ["job transition refused"]
 
 
 async def test_report_about_an_earlier_attempt_is_stale(pool: asyncpg.Pool) -> None:

@@ -104,7 +104,10 @@ async def test_a_launch_waits_when_the_suspend_freeing_its_gpu_is_refused(
     alice = await tokens.create(pool, "alice", "user")
     assert await control(schedd, alice, first, "suspend") == 202
     assert not (await agent.expect(p.Suspend)).free_memory
-    assert (await placed(schedd))[first].state == "running"
+    shown = (await placed(schedd))[first]
+    # Running and holding its GPU, but paused: the profile's own plans take no turns on
+    # it (tests/unit/test_timeslice.py); a plan that did is refused here.
+    assert shown.state == "running" and shown.paused
 
     def scripted(snapshot: Snapshot, now: float) -> Plan:
         plan = Plan()

@@ -8,7 +8,16 @@ import dataclasses
 import pytest
 
 from schedd.policy.actions import Migrate, Plan
-from schedd.policy.snapshot import MIGRATING, SUSPENDED, PlacedJob, Request, Shard
+from schedd.policy.settings import Settings
+from schedd.policy.snapshot import (
+    MIGRATING,
+    SUSPENDED,
+    PlacedJob,
+    Request,
+    Shard,
+    free_capacity,
+)
+from schedd.policy.view import View
 from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
 
 
@@ -62,10 +71,12 @@ def test_no_move_when_the_cluster_lacks_the_gpus_or_no_job_may_move() -> None:
     young = [dataclasses.replace(j, state_since=900.0) for j in running]
     plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], young), now=1000.0)
     assert moves(plan) == {}
-    # Nor does a job that cannot save a checkpoint (live: no shim).
-    stuck = [dataclasses.replace(j, checkpointable=False) for j in running]
-    plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], stuck), now=1000.0)
-    assert moves(plan) == {}
+    # Nor does a job that cannot save a checkpoint (live: no shim), or that its user
+    # paused (it reaches no step boundary to save one at).
+    for field in ({"checkpointable": False}, {"paused": True}):
+        stuck = [dataclasses.replace(j, **field) for j in running]  # type: ignore[arg-type]
+        plan = run("gandiva", snapshot(nodes, [pending("wide", 2)], stuck), now=1000.0)
+        assert moves(plan) == {}
     # A job taking turns with a suspended one stays too (its partner would be stranded).
     a = nodes[0]
     partner = dataclasses.replace(placed("partner", a, [0]), state=SUSPENDED, state_since=0.0)
@@ -195,3 +206,26 @@ def test_a_job_requeued_to_move_resumes_on_its_gpus_before_older_jobs(profile: s
     plan = run(profile, snapshot([b], [old, mover], taken), now=1000.0)
     again = launches(plan).get("mover")
     assert again is None or "resumes on the GPUs held" not in again.reason
+
+
+def test_a_job_gathered_onto_one_of_its_nodes_holds_all_its_cpus_there() -> None:
+    """Its part on `a` holds half its CPUs and memory; a move onto `a` takes the other
+    half there too, in the plan that decides it and in every snapshot while it moves
+    (before, only the GPUs: another job could take those CPUs meanwhile)."""
+    a, b = node("a", 8, cpus=12, memory_mib=12_000), node("b", 2)
+    spread = dataclasses.replace(
+        placed("spread", a, [0, 1]),
+        shards=(Shard("a", ("a-g0", "a-g1")), Shard("b", ("b-g0", "b-g1"))),
+        request=Request(4, 8.0, 8_000),
+    )
+    snap = snapshot([a, b], [], [spread], multi_node=True)
+    before = free_capacity(snap)["a"]
+    assert (len(before.free_gpus), before.cpus, before.memory_mib) == (6, 8.0, 8_000)
+    target = (Shard("a", ("a-g2", "a-g3", "a-g4", "a-g5")),)
+    view = View.build(snap, 1000.0, Settings())
+    view.claim(spread, target)
+    claimed = view.capacity["a"]
+    assert (len(claimed.free_gpus), claimed.cpus, claimed.memory_mib) == (2, 4.0, 4_000)
+    moving = dataclasses.replace(spread, state=MIGRATING, moving_to=target)
+    during = free_capacity(snapshot([a, b], [], [moving], multi_node=True))["a"]
+    assert (len(during.free_gpus), during.cpus, during.memory_mib) == (2, 4.0, 4_000)

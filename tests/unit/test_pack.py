@@ -53,6 +53,9 @@ def test_two_little_used_jobs_taking_turns_run_at_once() -> None:
     assert acts(gandiva(unknown, now=1000.0)) == []
     # Other profiles neither turn nor pack.
     assert acts(run("default", snap, now=1000.0)) == []
+    # Nor is one packed beside a job its user paused: that job runs no step.
+    held = snapshot([N], [], [job("a", util=40, paused=True), job("s", SUSPENDED, util=30)])
+    assert acts(gandiva(held, now=1000.0)) == []
 
 
 def test_a_new_pack_keeps_the_sooner_check_of_an_earlier_one() -> None:

@@ -53,6 +53,21 @@ def test_the_default_with_gandivas_mechanisms_takes_turns_where_it_would_not_pre
     assert kinds(plan) == [("Suspend", "runner"), ("Launch", "new")]
 
 
+def test_nobody_takes_turns_with_a_job_its_user_paused() -> None:
+    """A user's suspend keeps the job's GPUs: the scheduler may not pause it for another
+    (live, that suspend would be refused, cycle after cycle)."""
+    n = node("n", 2)
+    held = [placed("mine", n, [0]), placed("other", n, [1])]
+    plan = run("gandiva", snapshot([n], [pending("new")], held), now=1000.0)
+    assert kinds(plan) == [("Suspend", "mine"), ("Launch", "new")]
+    held[0] = dataclasses.replace(held[0], paused=True)
+    plan = run("gandiva", snapshot([n], [pending("new")], held), now=1000.0)
+    assert kinds(plan) == [("Suspend", "other"), ("Launch", "new")]
+    held[1] = dataclasses.replace(held[1], paused=True)
+    plan = run("gandiva", snapshot([n], [pending("new")], held), now=1000.0)
+    assert kinds(plan) == [] and plan.waiting["new"].code == "no_capacity"
+
+
 def test_other_profiles_never_time_slice() -> None:
     n = node("n", 1)
     plan = run("fifo", snapshot([n], [pending("new")], [placed("a", n, [0])]), now=100.0)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
-from schedd.policy.placement import has_room, needs_spreading
-from schedd.policy.reservation import reservation_for
-from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus
+from schedd.policy.placement import has_room
+from schedd.policy.snapshot import PendingJob, PlacedJob, Shard
 from schedd.policy.view import View
 
 Moves = list[tuple[PlacedJob, tuple[Shard, ...]]]
@@ -29,7 +28,7 @@ Moves = list[tuple[PlacedJob, tuple[Shard, ...]]]
 def anticipate(view: View, plan: Plan) -> list[Action]:
     actions: list[Action] = []
     promised = migration.promised(view)
-    for job in waiting_for_room(view, plan):
+    for job in migration.waiting_for_room(view, plan):
         need = job.request.gpus
         if view.free_gpu_count() < need:
             continue  # no amount of moving gives it that many
@@ -39,7 +38,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         node_id, moves = found
         moved = sum(m.request.gpus for m, _ in moves)
         cost = moved * view.settings.migrate_cost_s
-        wait = expected_wait(job, view)
+        wait = migration.expected_wait(job, view)
         if need * wait <= cost:
             continue
         reason = (
@@ -49,22 +48,6 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         actions += [migration.move(m, shards, view, reason) for m, shards in moves]
         promised.add(node_id)
     return actions
-
-
-def waiting_for_room(view: View, plan: Plan) -> list[PendingJob]:
-    """The first `migrate_jobs` jobs waiting for capacity that fit a node."""
-    by_id = {j.job_id: j for j in view.snapshot.pending}
-    out = []
-    for job_id, wait in plan.waiting.items():
-        job = by_id.get(job_id)
-        if wait.code != "no_capacity" or job is None or not holds_gpus(job):
-            continue
-        if job.request.gpus <= 0 or needs_spreading(job, view):
-            continue
-        out.append(job)
-        if len(out) >= view.settings.migrate_jobs:
-            break
-    return out
 
 
 def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Moves] | None:
@@ -118,11 +101,3 @@ def _moves_off(node_id: str, missing: int, view: View, promised: set[str]) -> Mo
 
 def _size_then_id(job: PlacedJob) -> tuple[int, str]:
     return (job.request.gpus, job.job_id)
-
-
-def expected_wait(job: PendingJob, view: View) -> float:
-    """Until enough GPUs free up for it by the running jobs' estimates."""
-    held = reservation_for(job, view)
-    if held is None:
-        return view.settings.default_estimate_s
-    return max(held.expected_start - view.now, 0.0)

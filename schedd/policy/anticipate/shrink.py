@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan, Resize
-from schedd.policy.anticipate.defragment import expected_wait, waiting_for_room
 from schedd.policy.placement import has_room
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -25,13 +24,13 @@ Shrinks = list[tuple[PlacedJob, int]]  # (job, GPUs it keeps)
 def anticipate(view: View, plan: Plan) -> list[Action]:
     actions: list[Action] = []
     promised = migration.promised(view)
-    for job in waiting_for_room(view, plan):
+    for job in migration.waiting_for_room(view, plan):
         found = _cheapest(job, view, promised)
         if found is None:
             continue
         node_id, shrinks = found
         restarted = sum(j.request.gpus for j, _ in shrinks)
-        wait = expected_wait(job, view)
+        wait = migration.expected_wait(job, view)
         if job.request.gpus * wait <= restarted * view.settings.migrate_cost_s:
             continue
         promised.add(node_id)
