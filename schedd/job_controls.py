@@ -141,10 +141,9 @@ async def set_kind(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, k
         raise ControlRefused(f"cannot make running job {row['id']} {kind}")
     if state not in (JobState.PENDING, JobState.RUNNING):
         raise ControlRefused(f"cannot make job {row['id']} {kind}: it is {state}")
-    if state == JobState.RUNNING:
-        await _on_one_node(pool, row, f"make {kind}")
     controls = controls_of(row)
     if state == JobState.RUNNING:
+        await _on_one_node(pool, row, f"make {kind}")
         controls = {**controls, "share": 100, "memory_cap_mib": None}
     if not await jobs.note(
         pool, row["id"], row["attempt"], f"now {kind}, by {by}", (state,), kind=kind,

@@ -59,17 +59,16 @@ async def parts(
     )
 
 
-async def started(pool: asyncpg.Pool, job_id: str, attempt: int, node_id: str) -> bool:
-    """Record that the part on `node_id` started; False if the attempt has no part there
-    (a job on one node, or a node the gang does not use)."""
-    row = await pool.fetchrow(
+async def started(pool: asyncpg.Pool, job_id: str, attempt: int, node_id: str) -> None:
+    """Record that the part on `node_id` started, if the attempt has one there (a job on
+    one node has none: nothing changes)."""
+    await pool.execute(
         "UPDATE job_parts SET started_at = coalesce(started_at, now())"
-        " WHERE job_id = $1 AND attempt = $2 AND node_id = $3 RETURNING rank",
+        " WHERE job_id = $1 AND attempt = $2 AND node_id = $3",
         job_id,
         attempt,
         node_id,
     )
-    return row is not None
 
 
 async def ended(

@@ -64,10 +64,12 @@ def test_a_failing_part_takes_the_gang_down(running: Cluster, tmp_path: Path) ->
     code = (
         "import os, time\n"
         "if os.environ['GPUSCHED_GANG_RANK'] == '0':\n"
-        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        f"    open({str(pid_file)!r} + '.new', 'w').write(str(os.getpid()))\n"
+        f"    os.replace({str(pid_file)!r} + '.new', {str(pid_file)!r})  # whole, or not there\n"
         "    time.sleep(300)\n"
         "else:\n"
-        "    time.sleep(1)\n"
+        f"    while not os.path.exists({str(pid_file)!r}):\n"
+        "        time.sleep(0.05)\n"
         "    raise SystemExit(3)\n"
     )
     job_id = running.submit(alice, command=[PY, "-c", code], gpus=4)

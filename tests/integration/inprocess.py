@@ -3,6 +3,7 @@ what tests do with them: submit a job, read the placed jobs, call the API, lose 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -142,3 +143,11 @@ async def api_call(
     ):
         # Read whatever the type: errors come as application/problem+json.
         return resp.status, await resp.json(content_type=None)
+
+
+async def waits_with(schedd: Schedd, job_id: str, code: str) -> str:
+    """The job's wait reason, once the scheduler's last plan says it waits with `code`."""
+    async with asyncio.timeout(5):
+        while schedd.scheduler.why_pending(job_id).code != code:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    return schedd.scheduler.why_pending(job_id).reason

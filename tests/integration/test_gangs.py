@@ -34,6 +34,7 @@ from tests.integration.inprocess import (
     sends_lost,
     start_gandiva,
     start_schedd,
+    waits_with,
 )
 
 ALICE = "alice"
@@ -158,7 +159,7 @@ async def test_a_part_that_cannot_start_fails_the_job_likewise(
     await other.send(p.JobFailed(job_id=job_id, attempt=1, reason="cannot run train: not found"))
     await other.expect(p.ExitAck)
     assert (await head.expect(p.Kill)).job_id == job_id
-    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    await exited(head, job_id, signal=15)
     row = await state_becomes(pool, job_id, "failed")
     assert row["reason"] == f"part 1 on node {other.node_id}: cannot run train: not found"
 
@@ -176,7 +177,7 @@ async def test_a_cancel_reaches_every_part_and_ends_with_the_last(
     (head, _), (other, _) = parts[0], parts[1]
     await exited(head, job_id, signal=15)
     assert (await jobs.get(pool, job_id))["state"] == "cancelling"
-    await other.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    await exited(other, job_id, signal=15)
     await state_becomes(pool, job_id, "cancelled")
 
 
@@ -313,7 +314,7 @@ async def test_a_part_whose_kill_was_lost_is_killed_when_its_node_reports_it_aga
     )
     kill = await head.expect(p.Kill)
     assert kill.reason == f"gang broken: part 1 on node {other.node_id}: exited with code 3"
-    await head.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+    await exited(head, job_id, signal=15)
     row = await state_becomes(pool, job_id, "failed")
     assert row["exit_code"] == 3
     await head.close()
@@ -351,7 +352,7 @@ async def test_after_a_restart_a_part_on_a_node_that_never_returns_is_lost(
         kill = await back.expect(p.Kill)
         lost = f"part 1 on node {other.node_id}: node {other.node_id} lost for 0.3s"
         assert kill.reason == f"gang broken: {lost}"
-        await back.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
+        await exited(back, job_id, signal=15)
         await state_becomes(pool, job_id, "pending")
         await back.close()
 
@@ -364,10 +365,7 @@ async def test_a_job_that_a_node_away_could_hold_waits_for_it(
     big = await agent_on(schedd, "big", gpus=4)
     await big.close()
     job_id = await submit_gang(schedd, pool)
-    async with asyncio.timeout(5):
-        while schedd.scheduler.why_pending(job_id).code != "too_large":  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    assert "waits for a node of 4 that is away" in schedd.scheduler.why_pending(job_id).reason
+    assert "waits for a node of 4 that is away" in await waits_with(schedd, job_id, "too_large")
     big = await agent_on(schedd, "big", gpus=4)
     launch = await big.expect(p.Launch)
     assert (launch.job_id, launch.gang, len(launch.gpu_uuids)) == (job_id, None, 4)

@@ -19,20 +19,20 @@ from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobKind
 from tests.integration.fake_agent import FakeAgent, agent_on, exited, started, state_becomes
-from tests.integration.inprocess import Schedd, api_call, api_get, start_schedd, submit
+from tests.integration.inprocess import (
+    Schedd,
+    api_call,
+    api_get,
+    start_schedd,
+    submit,
+    waits_with,
+)
 
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
     async with start_schedd(pool) as s:
         yield s
-
-
-async def waits_with(schedd: Schedd, job_id: str, code: str) -> str:
-    async with asyncio.timeout(5):
-        while schedd.scheduler.why_pending(job_id).code != code:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    return schedd.scheduler.why_pending(job_id).reason
 
 
 async def gpu_shown(schedd: Schedd, token: str, uuid: str) -> dict[str, object]:
@@ -107,6 +107,9 @@ async def test_a_job_on_a_gpu_that_faults_keeps_it_until_it_ends(
     assert job.job_id == holder and (await jobs.get(pool, holder))["state"] == "running"
     snapshot = await schedd.scheduler.snapshot(10)
     assert [g.uuid for g in snapshot.nodes[0].gpus] == ["n1-g0", "n1-g1"]
+    assert snapshot.nodes[0].out == frozenset({"n1-g0"})  # what every plan now sees
+    with pytest.raises(TimeoutError):  # and nothing is sent to stop the job
+        await agent.next(within=0.5)
     await exited(agent, holder, signal=9)
     await state_becomes(pool, holder, "failed")
     pair = await submit(schedd, pool, gpus=2)

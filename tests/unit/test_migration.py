@@ -200,12 +200,18 @@ def test_a_job_requeued_to_move_resumes_on_its_gpus_before_older_jobs(profile: s
     assert "resumes on the GPUs held" in launches(plan)["mover"].reason
     # The older job gets no GPU of the mover's (under gandiva it takes turns on b-g0).
     assert "old" not in launches(plan) or launches(plan)["old"].gpu_uuids == ("b-g0",)
+    assert ("old" in launches(plan)) == (profile == "gandiva")
     # Its GPU taken meanwhile: it takes its turn, pinned, as any job (under gandiva
     # literally: by turns).
     taken = [held, placed("thief", b, [1], started_at=900.0)]
     plan = run(profile, snapshot([b], [old, mover], taken), now=1000.0)
     again = launches(plan).get("mover")
     assert again is None or "resumes on the GPUs held" not in again.reason
+    if profile == "gandiva":
+        assert again is not None and "taking turns with thief" in again.reason
+    else:
+        assert again is None
+        assert plan.waiting["mover"].code == {"fifo": "fifo_order"}.get(profile, "no_capacity")
 
 
 def test_a_job_gathered_onto_one_of_its_nodes_holds_all_its_cpus_there() -> None:
