@@ -68,6 +68,8 @@ class JobControls:
         self.interval_s = interval_s
         self._progress: dict[str, _Progress] = {}
         self._stopped: set[str] = set()  # suspended with SIGSTOP, not through a shim
+        # Jobs asked to save before a kill: set when the save fails (`save_before_kill`).
+        self._save_failed: dict[str, asyncio.Event] = {}
 
     # ---- from the shims ------------------------------------------------------------
 
@@ -117,6 +119,9 @@ class JobControls:
                 )
             case CheckpointFailed():
                 self._event(job_id, attempt, "checkpoint_failed", msg.step, msg.reason)
+                failed = self._save_failed.pop(key, None)
+                if failed is not None:
+                    failed.set()
 
     def _event(
         self, job_id: str, attempt: int, event: ControlEvent, step: int | None, detail: str
@@ -164,6 +169,7 @@ class JobControls:
     def job_ended(self, key: str) -> None:
         self._progress.pop(key, None)
         self._stopped.discard(key)
+        self._save_failed.pop(key, None)
 
     # ---- from schedd -------------------------------------------------------------------
 
@@ -208,6 +214,18 @@ class JobControls:
                 None,
                 "not checkpointable: the job has no shim connected",
             )
+
+    def save_before_kill(self, job_id: str, attempt: int) -> asyncio.Event | None:
+        """Ask the job's shim to save a checkpoint at its next mini-batch and exit (a
+        preemption's first step); the event is set if the save fails. None, and nothing
+        asked, where no shim is connected to save."""
+        key = job_key(job_id, attempt)
+        if not (self._has_socket(key) and self.shims.connected(key)):
+            return None
+        failed = self._save_failed[key] = asyncio.Event()
+        self.shims.checkpoint(key)
+        log.info("checkpoint before kill", job_id=job_id, attempt=attempt)
+        return failed
 
     def _has_socket(self, key: str) -> bool:
         return self.shims.is_open(key)

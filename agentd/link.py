@@ -18,6 +18,7 @@ from agentd.coordination import Coordination
 from agentd.gpu import GpuBackend, changed
 from agentd.job_controls import JobControls
 from agentd.job_observers import job_key
+from agentd.kill import kill
 from agentd.runner import Runner, end_message
 from agentd.stager import StageError, Stager
 from shared import logging, protocol
@@ -182,8 +183,7 @@ class Link:
                 self.supervisor.spawn(runner.start(command), name=f"launch:{command.job_id}")
             case Kill():
                 self.supervisor.spawn(
-                    runner.kill(command.job_id, command.attempt, command.grace_s),
-                    name=f"kill:{command.job_id}",
+                    kill(runner, self.controls, command), name=f"kill:{command.job_id}"
                 )
             case ExitAck():
                 runner.ack(command.job_id, command.attempt)

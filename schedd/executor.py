@@ -189,7 +189,7 @@ class Executor:
         )
         if not moved.ok:
             return False  # it ended, or was cancelled, since the snapshot
-        row = await self.kill(action.job_id)
+        row = await self.kill(action.job_id, save_first=True)
         log.info(
             "job preempted",
             job_id=action.job_id,
@@ -220,12 +220,14 @@ class Executor:
             await self.kill(job_id)
         return moved
 
-    async def kill(self, job_id: str) -> asyncpg.Record | None:
+    async def kill(self, job_id: str, save_first: bool = False) -> asyncpg.Record | None:
         """Send the job's node, or each node where a gang's part still runs, a Kill
-        (SIGTERM, SIGKILL after the grace); the job's row."""
+        (SIGTERM, SIGKILL after the grace); the job's row. With `save_first` (a
+        preemption), a job that can save a checkpoint is asked to first (`_save_s`)."""
         row = await jobs.get(self.pool, job_id)
         if row is None:
             return row
+        checkpoint_s = await self._save_s(row) if save_first else 0.0
         for node_id in await gangs.live_nodes(self.pool, row):
             await self.hub.send(
                 node_id,
@@ -234,9 +236,21 @@ class Executor:
                     attempt=row["attempt"],
                     grace_s=self.config.kill_grace_s,
                     reason=row["reason"] or "cancelled",
+                    checkpoint_s=checkpoint_s,
                 ),
             )
         return row
+
+    async def _save_s(self, row: asyncpg.Record) -> float:
+        """How long a stopping job gets to save a checkpoint and exit before SIGTERM:
+        `preempt_checkpoint_s` where its shim can save one (it has reported mini-batches
+        this attempt, and no checkpoint asked of it failed), else none. Not a gang's:
+        its parts would each save on their own, at different steps."""
+        if row["checkpointable"] is not True:
+            return 0.0
+        if await gang_parts.has_parts(self.pool, row["id"], row["attempt"]):
+            return 0.0
+        return self.config.preempt_checkpoint_s
 
 
 def _loopback(address: str) -> bool:

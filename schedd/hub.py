@@ -412,6 +412,8 @@ class Hub:
         self, row: asyncpg.Record, attempt: int, words: str, checkpoint: str | None = None
     ) -> None:
         """Back to pending; a checkpoint it saved on its way out is where it resumes."""
+        if checkpoint is not None:
+            words = f"checkpoint saved, resumes from {checkpoint}"
         why = f"requeued after preemption ({row['reason'] or 'preempted'}): {words}"
         sets = {"checkpoint_path": checkpoint} if checkpoint is not None else {}
         await jobs.transition(

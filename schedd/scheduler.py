@@ -72,8 +72,9 @@ USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this of
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
-# A preemption is in flight from its commit until the victim's exit, at most its kill
-# grace and this long: beyond that its node is taken to be away, and holds nothing back.
+# A preemption is in flight from its commit until the victim's exit, at most the time it
+# has to save a checkpoint, its kill grace and this long: beyond that its node is taken
+# to be away, and holds nothing back.
 PREEMPT_SETTLE_S = 5.0
 # GPU samples wake a profile that packs at most this often while jobs take turns.
 PACK_SAMPLE_WAKE_S = 30.0
@@ -113,7 +114,9 @@ class Scheduler:
         self.queues = policy_config.queue_specs(config)
         self.queue_config = dict(config.queues)
         self.half_life_s = config.usage_half_life_s
-        self.preempt_in_flight_s = config.kill_grace_s + PREEMPT_SETTLE_S
+        self.preempt_in_flight_s = (
+            config.preempt_checkpoint_s + config.kill_grace_s + PREEMPT_SETTLE_S
+        )
         self._in_flight: tuple[str, ...] = ()  # victims of the last snapshot still stopping
         self._wakeup = asyncio.Event()
         self.waiting: dict[str, Wait] = {}

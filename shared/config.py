@@ -78,6 +78,10 @@ class SchedConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Past use weighs half as much after this long (fair shares count decayed history).
     usage_half_life_s: Seconds = 86400.0
     kill_grace_s: Seconds = 10.0
+    # A preempted job whose shim can save a checkpoint is first asked to save at its next
+    # mini-batch and exit, and gets SIGTERM only if it has not within this long; it then
+    # resumes from that checkpoint. 0: SIGTERM at once, as for any other job.
+    preempt_checkpoint_s: Annotated[float, Meta(ge=0)] = 60.0
     # The resource estimator is trained on succeeded jobs this often (when jobs have
     # finished since); 0 turns it off (run times then come from specs and history).
     estimator_retrain_s: Annotated[float, Meta(ge=0)] = 300.0

@@ -13,7 +13,8 @@ from typing import Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 3  # 2: SetKind; 3: gangs (Launch.gang, Inventory.address); agents must match
+PROTOCOL_VERSION = 4  # 2: SetKind; 3: gangs (Launch.gang, Inventory.address); 4: Kill.checkpoint_s;
+# agents must match
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
@@ -211,10 +212,15 @@ class Launch(Msg, tag="launch"):
 
 
 class Kill(Msg, tag="kill"):
+    """SIGTERM to the job, SIGKILL after `grace_s`. With `checkpoint_s` (a preemption of
+    a job whose shim can save), first ask the job to save a checkpoint at its next
+    mini-batch and exit, and send SIGTERM only if it has not within that long."""
+
     job_id: str
     attempt: int
     grace_s: float = 10.0
     reason: str = ""
+    checkpoint_s: float = 0.0
 
 
 class SetLimits(Msg, tag="set_limits"):

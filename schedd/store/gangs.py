@@ -71,6 +71,17 @@ async def started(pool: asyncpg.Pool, job_id: str, attempt: int, node_id: str) -
     )
 
 
+async def has_parts(pool: asyncpg.Pool, job_id: str, attempt: int) -> bool:
+    """Whether the attempt runs as a gang (parts over several nodes)."""
+    return bool(
+        await pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM job_parts WHERE job_id = $1 AND attempt = $2)",
+            job_id,
+            attempt,
+        )
+    )
+
+
 async def ended(
     pool: asyncpg.Pool,
     job_id: str,
@@ -86,11 +97,7 @@ async def ended(
     attempt as it stands now; None if the attempt has no part there (a job on one
     node). A part already recorded as ended keeps its first ending."""
     # Most jobs run on one node: one read tells, before any lock or transaction.
-    if not await pool.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM job_parts WHERE job_id = $1 AND attempt = $2)",
-        job_id,
-        attempt,
-    ):
+    if not await has_parts(pool, job_id, attempt):
         return None
     async with pool.acquire() as conn, conn.transaction():
         # Parts end at once on their nodes: each ending waits for the one before it, so

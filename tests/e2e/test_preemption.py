@@ -1,13 +1,18 @@
-"""Two queues on real daemons: one borrows the whole cluster, the other reclaims its guarantee."""
+"""Two queues on real daemons: one borrows the whole cluster, the other reclaims its
+guarantee; a preempted job whose shim can save resumes from the checkpoint it saved."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
+from tests.e2e.test_job_controls import ROOT, reasons, step_of
+from tests.e2e.test_migration import TRAIN, WAIT_S
 
 pytestmark = pytest.mark.e2e
 
@@ -81,3 +86,69 @@ def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> Non
     log = [json.loads(line) for line in cluster.log("schedd").splitlines() if line[:1] == "{"]
     (logged,) = [e for e in log if e.get("event") == "job preempted"]
     assert (logged["job_id"], logged["queue"], logged["reason"]) == (victim["id"], "b", reclaim)
+
+
+SMALL_QUEUES = """
+policy = "default"
+[queues."a"]
+guarantee_gpus = 1
+max_gpus = 2
+[queues."b"]
+guarantee_gpus = 1
+max_gpus = 2
+[profiles.default.settings]
+min_run_s = 0
+"""
+
+
+def test_a_preempted_job_saves_a_checkpoint_and_resumes_from_it(cluster: Cluster) -> None:
+    cluster.extra_schedd_config = SMALL_QUEUES
+    cluster.start_schedd()
+    cluster.start_agent("node-a", gpus=2)
+    alice, bob = cluster.token("alice"), cluster.token("bob")
+    where = cluster.root / "job"
+    where.mkdir()
+    shutil.copy(ROOT / "shared" / "shim.py", where / "shim.py")
+    (where / "train.py").write_text(TRAIN)
+    stop = cluster.root / "stop"
+    command = [sys.executable, "-S", "train.py", str(stop), "5"]
+
+    # Bob's two training jobs take both GPUs (one borrowed), and step through their shims.
+    bobs = [cluster.submit(bob, command=command, cwd=str(where), gpus=1, queue="b") for _ in "xy"]
+    for job_id in bobs:
+        cluster.wait_state(bob, job_id, "running", timeout=WAIT_S)
+        wait_until(lambda j=job_id: step_of(cluster, bob, j) > 3, WAIT_S, "steps")
+        wait_until(lambda j=job_id: cluster.job(bob, j).get("checkpointable"), WAIT_S)
+
+    # Alice's queue reclaims its guarantee: one of bob's jobs saves, then makes room.
+    theirs = cluster.submit(alice, script="sleep 2", gpus=1, queue="a")
+
+    def victim() -> str | None:
+        return next((j for j in bobs if cluster.job(bob, j)["attempt"] == 2), None)
+
+    moved = wait_until(victim, WAIT_S, "a job of bob's requeued")
+    said = reasons(cluster, bob, moved)
+    saved_words = next(r for r in said if r.startswith("checkpointed: checkpoint of step"))
+    saved = int(saved_words.split()[-2])
+    assert saved > 3
+    job = cluster.job(bob, moved)
+    assert job["checkpoint"].endswith(f"step-{saved:09d}")
+    reclaim = f"preempted: queue a reclaims its guarantee for job {theirs}"
+    assert (
+        f"requeued after preemption ({reclaim}): checkpoint saved, resumes from {job['checkpoint']}"
+        in said
+    ), said
+    assert not any("SIGTERM" in r for r in said)  # it exited on its own, having saved
+
+    # Once alice's job is done, it runs again from the step it saved, not from 0.
+    done = cluster.wait_state(alice, theirs, "succeeded", "failed", timeout=WAIT_S)
+    assert done["state"] == "succeeded", done
+    cluster.wait_state(bob, moved, "running", timeout=WAIT_S)
+    wait_until(lambda: step_of(cluster, bob, moved) > saved, WAIT_S, "steps after the resume")
+    log = cluster.curl("GET", f"/v1/jobs/{moved}/logs", bob).text
+    assert f'{{"started_at": {saved}, "gpus": 1}}' in log, log
+
+    stop.touch()
+    for job_id in bobs:
+        ended = cluster.wait_state(bob, job_id, "succeeded", "failed", timeout=WAIT_S)
+        assert ended["state"] == "succeeded", ended

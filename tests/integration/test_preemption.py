@@ -14,7 +14,14 @@ from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig, QueueConfig
 from shared.model import JobSpec, JobState
-from tests.integration.fake_agent import FakeAgent, exited, state_becomes
+from tests.integration.fake_agent import (
+    CHECKPOINT,
+    FakeAgent,
+    checkpointed,
+    exited,
+    state_becomes,
+    stepping,
+)
 from tests.integration.inprocess import Schedd, start_schedd
 
 REASON = "preempted: queue a reclaims its guarantee for job j-x"
@@ -22,7 +29,7 @@ REASON = "preempted: queue a reclaims its guarantee for job j-x"
 
 @pytest.fixture
 async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool, kill_grace_s=7.0) as s:
+    async with start_schedd(pool, kill_grace_s=7.0, preempt_checkpoint_s=12.0) as s:
         yield s
 
 
@@ -49,6 +56,7 @@ async def test_preempt_kills_then_the_exit_requeues_with_the_attempt_kept(
     assert await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
     kill = await agent.expect(p.Kill)
     assert (kill.job_id, kill.attempt, kill.grace_s, kill.reason) == (job_id, 1, 7.0, REASON)
+    assert kill.checkpoint_s == 0  # its shim never reported a mini-batch: nothing to ask
     row = await jobs.get(pool, job_id)
     assert row["state"] == "preempting" and row["node_id"] == "n1"  # it still holds its GPU
     await agent.send(p.JobExited(job_id=job_id, attempt=1, signal=15))
@@ -72,6 +80,33 @@ async def test_preempt_kills_then_the_exit_requeues_with_the_attempt_kept(
     assert row["attained_gpu_s"] > 0
     runs = await pool.fetch("SELECT attempt, gpus FROM job_runs WHERE job_id = $1", job_id)
     assert [(r["attempt"], r["gpus"]) for r in runs] == [(1, 1)]
+    await agent.close()
+
+
+async def test_a_job_that_can_save_is_asked_to_and_resumes_from_its_checkpoint(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    agent, job_id = await running_job(schedd, pool)
+    await stepping(agent, pool, job_id)  # its shim reports mini-batches: it can save
+    assert await schedd.scheduler.executor.execute(Preempt(job_id, REASON))
+    kill = await agent.expect(p.Kill)
+    assert (kill.checkpoint_s, kill.grace_s) == (12.0, 7.0)
+    await checkpointed(agent, job_id)  # saved at its next mini-batch, and exited
+    again = await agent.expect(p.Launch)
+    assert (again.job_id, again.attempt, again.resume_from) == (job_id, 2, CHECKPOINT)
+    events = await jobs.events(pool, job_id)
+    moves = [(e["from_state"], e["to_state"]) for e in events if e["from_state"] != e["to_state"]]
+    assert moves[-3:] == [
+        ("running", "preempting"),
+        ("preempting", "pending"),
+        ("pending", "assigned"),
+    ]
+    said = [e["reason"] for e in events]
+    assert "checkpointed: checkpoint of step 7 saved" in said
+    requeued = next(e for e in events if (e["from_state"], e["to_state"]) == moves[-2])
+    assert requeued["reason"] == (
+        f"requeued after preemption ({REASON}): checkpoint saved, resumes from {CHECKPOINT}"
+    )
     await agent.close()
 
 

@@ -1,0 +1,111 @@
+"""A preemption's kill on the agent, with real job processes, shims and runner: a job
+whose shim can save exits with its checkpoint and gets no signal; one whose save fails,
+and one without a shim, get SIGTERM without waiting out `checkpoint_s`."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentd.job_controls import JobControls
+from agentd.kill import kill
+from agentd.runner import Runner
+from agentd.shim_server import ShimServer
+from shared.protocol import JobControlled, JobExited, JobProgress, JobStarted, Kill, Launch
+from shared.shim_protocol import EXIT_CHECKPOINTED
+from tests.integration.test_runner import Outbox
+
+ROOT = Path(__file__).resolve().parents[2]
+# Far longer than any test here may take: a kill that waited it out would time out.
+CHECKPOINT_S = 600.0
+# A training loop whose checkpoints cannot be saved: it never says how.
+NO_SAVE = "import shim\nwhile True:\n    with shim.step():\n        sum(range(10_000))\n"
+
+Agent = tuple[Runner, JobControls, Outbox, Path]
+
+
+@pytest.fixture
+async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
+    sockets = Path(tempfile.mkdtemp(prefix="kl-"))  # a socket's path must be short
+    out = Outbox()
+    shims = ShimServer(sockets)
+    runner = Runner(tmp_path / "state", out.post, shims=shims)
+    controls = JobControls(shims, out.post, runner.pgid_of, interval_s=0.05)
+    shims.on_event = controls.on_shim_event
+    work = tmp_path / "job"
+    work.mkdir()
+    shutil.copy(ROOT / "shared" / "shim.py", work / "shim.py")
+    shutil.copy(ROOT / "tests" / "integration" / "shim_job.py", work / "shim_job.py")
+    (work / "no_save.py").write_text(NO_SAVE)
+    progress = asyncio.create_task(controls.run())
+    try:
+        yield runner, controls, out, work
+    finally:
+        progress.cancel()
+        for job in runner.jobs.values():
+            if job.ended is None:
+                await runner.kill(job.job_id, job.attempt, grace_s=1.0)
+        runner.close()
+        await shims.close()
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+async def stepping(agent: Agent, *argv: str) -> None:
+    """Job `j` runs `argv` (python -S, in the job's directory) and its shim has stepped."""
+    runner, _, out, work = agent
+    command = [sys.executable, "-S", *argv]
+    await runner.start(Launch(job_id="j", attempt=1, user="u", argv=command, cwd=str(work)))
+    await out.wait_for(JobProgress, within_s=30.0)
+
+
+async def stopped(agent: Agent, command: Kill) -> JobExited:
+    runner, controls, out, _ = agent
+    async with asyncio.timeout(60):
+        await kill(runner, controls, command)
+        ended = await out.wait_for(JobExited)
+    assert isinstance(ended, JobExited)
+    return ended
+
+
+def controlled(out: Outbox) -> list[str]:
+    return [m.event for m in out.messages if isinstance(m, JobControlled)]
+
+
+async def test_a_job_that_can_save_exits_with_its_checkpoint_and_no_signal(agent: Agent) -> None:
+    await stepping(agent, "shim_job.py", "0", "20000")
+    ended = await stopped(agent, Kill(job_id="j", attempt=1, checkpoint_s=CHECKPOINT_S))
+    assert (ended.exit_code, ended.signal) == (EXIT_CHECKPOINTED, None)
+    assert ended.checkpoint is not None
+    assert (Path(ended.checkpoint) / "state.json").is_file()
+    assert "checkpointed" in controlled(agent[2])
+
+
+async def test_a_job_whose_save_fails_is_terminated(agent: Agent) -> None:
+    await stepping(agent, "no_save.py")
+    ended = await stopped(agent, Kill(job_id="j", attempt=1, checkpoint_s=CHECKPOINT_S))
+    assert ended.signal == signal.SIGTERM and ended.checkpoint is None
+    assert "checkpoint_failed" in controlled(agent[2])
+
+
+async def test_without_checkpoint_s_a_job_that_could_save_is_terminated(agent: Agent) -> None:
+    await stepping(agent, "shim_job.py", "0", "20000")
+    ended = await stopped(agent, Kill(job_id="j", attempt=1))
+    assert ended.signal == signal.SIGTERM and ended.checkpoint is None
+    assert controlled(agent[2]) == []
+
+
+async def test_a_job_without_a_shim_is_terminated(agent: Agent) -> None:
+    runner, _, out, _ = agent
+    code = "import time\nwhile True: time.sleep(0.01)"
+    await runner.start(Launch(job_id="j", attempt=1, user="u", argv=[sys.executable, "-c", code]))
+    await out.wait_for(JobStarted)
+    ended = await stopped(agent, Kill(job_id="j", attempt=1, checkpoint_s=CHECKPOINT_S))
+    assert ended.signal == signal.SIGTERM and ended.checkpoint is None
+    assert controlled(out) == []  # nothing asked of a shim that is not there
