@@ -7,8 +7,6 @@ the agent's next hello reconciles it.
 
 from __future__ import annotations
 
-import ipaddress
-
 import asyncpg
 
 from schedd import gangs, job_controls
@@ -134,38 +132,15 @@ class Executor:
 
     async def launch(self, action: Launch) -> bool:
         shards = action.shards
-        if len(shards) > 1:
-            parts = [(s.node_id, s.gpu_uuids) for s in shards]
-            moved = await gang_parts.place(self.pool, action.job_id, action.reason, parts)
-        else:
-            (shard,) = shards
-            moved = await jobs.transition(
-                self.pool,
-                action.job_id,
-                JobState.ASSIGNED,
-                action.reason,
-                node_id=shard.node_id,
-                gpu_uuids=list(shard.gpu_uuids),
-                # The count it runs on: an elastic job may start on fewer than it asked for.
-                gpus=len(shard.gpu_uuids),
-            )
+        parts = [(s.node_id, s.gpu_uuids) for s in shards]
+        moved = await gang_parts.place(self.pool, action.job_id, action.reason, parts)
         if not moved.ok:
             return False
         row = await jobs.get(self.pool, action.job_id)
         assert row is not None and moved.attempt is not None
-        head = self.hub.links.get(shards[0].node_id)
-        address = head.address if head else ""
-        others = [self.hub.links.get(s.node_id) for s in shards[1:]]
-        if _loopback(address) and any(o is not None and not _loopback(o.address) for o in others):
-            # Where no address is advertised, the one schedd sees; on schedd's own host
-            # that is loopback, which nodes elsewhere cannot reach.
-            log.warning(
-                "gang head unreachable from other nodes",
-                job_id=action.job_id,
-                node_id=shards[0].node_id,
-                address=address,
-                fix="set advertise_address in that node's agentd.toml",
-            )
+        links = [self.hub.links.get(s.node_id) for s in shards]
+        addresses = [link.address if link is not None else None for link in links]
+        address = gangs.head_address(action.job_id, shards[0].node_id, addresses)
         for node_id, msg in gangs.launches(row, jobs.spec_of(row), moved.attempt, shards, address):
             if not await self.hub.send(node_id, msg):
                 # The node went away between the snapshot and now; its return or loss
@@ -251,10 +226,3 @@ class Executor:
         if await gang_parts.has_parts(self.pool, row["id"], row["attempt"]):
             return 0.0
         return self.config.preempt_checkpoint_s
-
-
-def _loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"

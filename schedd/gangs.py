@@ -17,6 +17,7 @@ follows from its parts':
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,30 @@ PORT_SPAN = 1000
 
 def rendezvous_port(seq: int) -> int:
     return PORT_BASE + seq % PORT_SPAN
+
+
+def head_address(job_id: str, head_node: str, addresses: Sequence[str | None]) -> str:
+    """Where the parts find the head (rank 0): its agent's address. `addresses` are the
+    agents' of the job's nodes, the head's first (None: not connected). Where no address
+    is advertised it is the one schedd sees, which on schedd's own host is loopback:
+    nodes elsewhere cannot reach that, and the log says how to fix it."""
+    head = addresses[0] or ""
+    if _loopback(head) and any(a is not None and not _loopback(a) for a in addresses[1:]):
+        log.warning(
+            "gang head unreachable from other nodes",
+            job_id=job_id,
+            node_id=head_node,
+            address=head,
+            fix="set advertise_address in that node's agentd.toml",
+        )
+    return head
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 def launches(

@@ -371,42 +371,41 @@ class Hub:
         )
 
     async def _on_exited(self, link: AgentLink, event: JobExited) -> None:
-        row = await jobs.get(self.pool, event.job_id)
-        words = describe_exit(event.exit_code, event.signal)
-        if row is not None and row["attempt"] == event.attempt:
-            ending = {"exit_code": event.exit_code, "exit_signal": event.signal}
-            if await self._part_ended(row, link.node_id, **ending):
-                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-                self.wake()
-                return
-            if row["state"] == JobState.PREEMPTING:
-                # Whatever the exit code: a preempted job is requeued (attempt kept).
-                await self._requeue_preempted(row, event.attempt, words, event.checkpoint)
-                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-                self.wake()
-                return
-            if event.checkpoint is not None and row["state"] == JobState.RUNNING:
-                await job_controls.on_checkpointed_exit(self.pool, row, event)
-                await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-                self.wake()
-                return
-            cancelling = row["state"] == JobState.CANCELLING
-            if event.exit_code == 0 and event.signal is None:
-                target = JobState.SUCCEEDED
-            else:
-                target = JobState.CANCELLED if cancelling else JobState.FAILED
-            await jobs.transition(
-                self.pool,
-                event.job_id,
-                target,
-                words,
-                attempt=event.attempt,
-                exit_code=event.exit_code,
-                exit_signal=event.signal,
-                reason=words if target is not JobState.SUCCEEDED else None,
-            )
+        await self._record_exit(link.node_id, event)
         await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
         self.wake()
+
+    async def _record_exit(self, node_id: str, event: JobExited) -> None:
+        """What the exit makes of the job; nothing for another attempt's, or an unknown job's."""
+        row = await jobs.get(self.pool, event.job_id)
+        if row is None or row["attempt"] != event.attempt:
+            return
+        words = describe_exit(event.exit_code, event.signal)
+        ending = {"exit_code": event.exit_code, "exit_signal": event.signal}
+        if await self._part_ended(row, node_id, **ending):
+            return
+        if row["state"] == JobState.PREEMPTING:
+            # Whatever the exit code: a preempted job is requeued (attempt kept).
+            await self._requeue_preempted(row, event.attempt, words, event.checkpoint)
+            return
+        if event.checkpoint is not None and row["state"] == JobState.RUNNING:
+            await job_controls.on_checkpointed_exit(self.pool, row, event)
+            return
+        cancelling = row["state"] == JobState.CANCELLING
+        if event.exit_code == 0 and event.signal is None:
+            target = JobState.SUCCEEDED
+        else:
+            target = JobState.CANCELLED if cancelling else JobState.FAILED
+        await jobs.transition(
+            self.pool,
+            event.job_id,
+            target,
+            words,
+            attempt=event.attempt,
+            exit_code=event.exit_code,
+            exit_signal=event.signal,
+            reason=words if target is not JobState.SUCCEEDED else None,
+        )
 
     async def _requeue_preempted(
         self, row: asyncpg.Record, attempt: int, words: str, checkpoint: str | None = None
@@ -428,24 +427,20 @@ class Hub:
         )
 
     async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:
+        await self._record_failure(link.node_id, event)
+        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+        self.wake()
+
+    async def _record_failure(self, node_id: str, event: JobFailed) -> None:
+        """The job could not run, or its end was lost: a gang's part ended, a preempted
+        job requeued, any other failed (the transition ignores another attempt's)."""
         row = await jobs.get(self.pool, event.job_id)
-        if (
-            row is not None
-            and row["attempt"] == event.attempt
-            and await self._part_ended(row, link.node_id, reason=event.reason)
-        ):
-            await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-            self.wake()
-            return
-        if (
-            row is not None
-            and row["attempt"] == event.attempt
-            and row["state"] == JobState.PREEMPTING
-        ):
-            await self._requeue_preempted(row, event.attempt, event.reason)
-            await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-            self.wake()
-            return
+        if row is not None and row["attempt"] == event.attempt:
+            if await self._part_ended(row, node_id, reason=event.reason):
+                return
+            if row["state"] == JobState.PREEMPTING:
+                await self._requeue_preempted(row, event.attempt, event.reason)
+                return
         await jobs.transition(
             self.pool,
             event.job_id,
@@ -454,8 +449,6 @@ class Hub:
             attempt=event.attempt,
             reason=event.reason,
         )
-        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
-        self.wake()
 
     # ---- sending -------------------------------------------------------------
 

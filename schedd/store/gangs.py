@@ -23,8 +23,10 @@ _PART_COLUMNS = (
 async def place(
     pool: asyncpg.Pool, job_id: str, reason: str, parts: Sequence[tuple[str, Sequence[str]]]
 ) -> jobs.Moved:
-    """Move a pending job to `assigned` on several nodes: `parts` is (node, GPUs) per
-    part, the head first. The job holds every part's GPUs; its node is the head's."""
+    """Move a pending job to `assigned` on its nodes: `parts` is (node, GPUs) per part,
+    the head first; one part for a job on one node, several for a gang, whose parts are
+    recorded. The job holds every part's GPUs, and its count is theirs (an elastic job
+    may start on fewer than it asked for); its node is the head's."""
     everything = [u for _, uuids in parts for u in uuids]
     async with pool.acquire() as conn, conn.transaction():
         moved = await jobs.transition(
@@ -36,7 +38,7 @@ async def place(
             gpu_uuids=everything,
             gpus=len(everything),
         )
-        if moved.ok:
+        if moved.ok and len(parts) > 1:
             await conn.executemany(
                 "INSERT INTO job_parts (job_id, attempt, rank, node_id, gpu_uuids)"
                 " VALUES ($1, $2, $3, $4, $5)",

@@ -228,9 +228,8 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
         " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
         " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
         " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
-        " WHERE state = ANY($1::text[]) AND ($2::text IS NULL OR node_id = $2 OR id IN ("
-        "  SELECT job_id FROM job_parts p WHERE p.node_id = $2 AND p.ended_at IS NULL"
-        "  AND p.attempt = jobs.attempt))",
+        " WHERE state = ANY($1::text[])"
+        f" AND ($2::text IS NULL OR node_id = $2 OR {part_runs_on('$2', 'jobs')})",
         [s.value for s in HOLDS_RESOURCES],
         node_id,
     )
@@ -614,6 +613,15 @@ def flag_sql(flag: str, t: str | None = None) -> str:
 def suspended_sql(t: str | None = None) -> str:
     """SQL: the job (of the row `t`, or the one updated) is suspended."""
     return flag_sql("suspended", t)
+
+
+def part_runs_on(node: str, t: str) -> str:
+    """SQL: the job of the row `t` is a gang whose current attempt has a part running on
+    the node `node` (an SQL expression: a parameter, say)."""
+    return (
+        f"EXISTS (SELECT 1 FROM job_parts p WHERE p.job_id = {t}.id"
+        f" AND p.attempt = {t}.attempt AND p.node_id = {node} AND p.ended_at IS NULL)"
+    )
 
 
 def runs_beside(t: str) -> str:

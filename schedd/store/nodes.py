@@ -6,7 +6,7 @@ from typing import Any
 
 import asyncpg
 
-from schedd.store.jobs import CLOSE_UTIL_ALONE, runs_beside, suspended_sql
+from schedd.store.jobs import CLOSE_UTIL_ALONE, part_runs_on, runs_beside, suspended_sql
 from shared.protocol import GpuSample, Inventory
 
 
@@ -92,8 +92,7 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                 FROM unnest($1::text[], $2::int[], $3::int[]) AS s(uuid, util, mem)
                 JOIN jobs j
                   ON j.state = 'running' AND s.uuid = ANY(j.gpu_uuids)
-                  AND (j.node_id = $4 OR j.id IN (  -- a gang's part on this node
-                      SELECT job_id FROM job_parts WHERE node_id = $4 AND ended_at IS NULL))
+                  AND (j.node_id = $4 OR {part_runs_on("$4", "j")})
                   -- A suspended job's GPUs show what another job does there.
                   AND NOT {suspended_sql("j")}
                 GROUP BY j.id
