@@ -227,6 +227,15 @@ class JobControls:
         log.info("checkpoint before kill", job_id=job_id, attempt=attempt)
         return failed
 
+    def saving(self, job_id: str, attempt: int) -> bool:
+        """Whether the job was asked to save before a kill and has not ended, nor failed
+        to save, since."""
+        return job_key(job_id, attempt) in self._save_failed
+
+    def save_over(self, job_id: str, attempt: int) -> None:
+        """A kill waited for the job's save as long as it would: it is no longer saving."""
+        self._save_failed.pop(job_key(job_id, attempt), None)
+
     def _has_socket(self, key: str) -> bool:
         return self.shims.is_open(key)
 

@@ -7,11 +7,12 @@ docs/evaluation.md); seed N > 0 gives every job a random prefix to its id, drawn
 N, and nothing else changes: the same jobs, instants, deadlines and cluster. The spread
 over seeds is the size of a difference that tie-breaking alone can make. Prints one
 Markdown row per (profile, seed): deadlines missed, average and best-effort JCT.
-`--overheads` adds the page's preemption overheads (60 s idle, then the work since the
-last half-hourly checkpoint lost).
+`--overheads lose` adds the page's preemption overheads (60 s idle, then the work since
+the last half-hourly checkpoint lost); `--overheads save`, 60 s idle and nothing lost (a
+job that saves a checkpoint when it is preempted, as a live job with the shim does).
 
     .venv/bin/python bench/tie_breaks.py [--trace-dir DIR] [--jobs 2]
-        [--profiles default,default-deadlines] [--seeds 0,1,2,3] [--overheads]
+        [--profiles default,default-deadlines] [--seeds 0,1,2,3] [--overheads none|save|lose]
 
 Figures only: nothing here asserts.
 """
@@ -52,12 +53,17 @@ def renamed(trace: Trace, seed: int) -> Trace:
     return dataclasses.replace(trace, jobs=jobs)
 
 
-def replay(trace_dir: str, profile: str, seed: int, overheads: bool) -> str:
+OVERHEADS = {
+    "none": None,
+    "save": SimOptions(preempt_overhead_s=60.0),
+    "lose": SimOptions(preempt_overhead_s=60.0, checkpoint_interval_s=1800.0),
+}
+
+
+def replay(trace_dir: str, profile: str, seed: int, overheads: str) -> str:
     chronus = Path(trace_dir) / "chronus"
     trace = renamed(read_trace(chronus / "philly_MIX2.csv", "chronus"), seed)
-    options = (
-        SimOptions(preempt_overhead_s=60.0, checkpoint_interval_s=1800.0) if overheads else None
-    )
+    options = OVERHEADS[overheads]
     locality = LocalityModel(load_table(chronus / "model_info.json"))
     sim = Simulation(trace, parse_shape(CLUSTER), policy.profile(profile), options, locality)
     result = sim.run()
@@ -65,7 +71,7 @@ def replay(trace_dir: str, profile: str, seed: int, overheads: bool) -> str:
     assert s.deadline_miss_rate is not None
     cells = [
         profile,
-        "yes" if overheads else "no",
+        overheads,
         str(seed),
         f"{100 * s.deadline_miss_rate:.2f}% ({s.deadline_missed:,})",
         f"{s.jct_avg_s / 60:,.1f}",
@@ -80,7 +86,7 @@ def main() -> None:
     add_trace_dir(parser)
     parser.add_argument("--profiles", default="default,default-deadlines")
     parser.add_argument("--seeds", default="0,1,2,3")
-    parser.add_argument("--overheads", action="store_true")
+    parser.add_argument("--overheads", choices=sorted(OVERHEADS), default="none")
     parser.add_argument("--jobs", type=int, default=2, help="replays at once")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -109,3 +109,21 @@ async def test_a_job_without_a_shim_is_terminated(agent: Agent) -> None:
     ended = await stopped(agent, Kill(job_id="j", attempt=1, checkpoint_s=CHECKPOINT_S))
     assert ended.signal == signal.SIGTERM and ended.checkpoint is None
     assert controlled(out) == []  # nothing asked of a shim that is not there
+
+
+async def test_a_kill_sent_again_while_the_job_saves_leaves_it_to_save(agent: Agent) -> None:
+    runner, controls, _, _ = agent
+    # Two seconds between steps: the save waits for the next mini-batch's end.
+    await stepping(agent, "shim_job.py", "0", "20000", "2")
+    first = asyncio.create_task(
+        kill(runner, controls, Kill(job_id="j", attempt=1, checkpoint_s=CHECKPOINT_S))
+    )
+    async with asyncio.timeout(10):
+        while not controls.saving("j", 1):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    await kill(runner, controls, Kill(job_id="j", attempt=1))  # as after a reconnect
+    ended = await stopped(agent, Kill(job_id="j", attempt=1))  # and once more, later
+    await first
+    assert (ended.exit_code, ended.signal) == (EXIT_CHECKPOINTED, None)
+    assert ended.checkpoint is not None
+    assert not controls.saving("j", 1)

@@ -193,16 +193,21 @@ async def test_a_profile_with_a_tick_plans_while_jobs_wait(pool: asyncpg.Pool) -
 
 async def test_without_a_tick_only_events_plan(pool: asyncpg.Pool) -> None:
     async with start_schedd(pool, policy="fifo") as schedd:
-        agent = await FakeAgent(schedd.server).connect()
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         job_id = await add_job(pool)
         schedd.scheduler.wake()
         # Wait until a cycle with the node has considered the job (it never fits: it
-        # stays pending); wakes that came together may have made that one cycle.
+        # stays pending), and for the cycles the node's arrival and the wake asked for
+        # (one or two: wakes that come while a cycle runs make one more) to be over.
         async with asyncio.timeout(30):
             while job_id not in schedd.scheduler.waiting:  # noqa: ASYNC110 - a dict
                 await asyncio.sleep(0.01)
-        seen = schedd.scheduler.cycles
-        await asyncio.sleep(0.3)
+            seen = -1
+            while schedd.scheduler.cycles != seen:
+                seen = schedd.scheduler.cycles
+                await asyncio.sleep(0.3)
+        # Then nothing plans again: no event comes, and the profile has no tick.
+        await asyncio.sleep(1.0)
         assert schedd.scheduler.cycles == seen
         await agent.close()
 
