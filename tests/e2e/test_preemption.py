@@ -16,14 +16,18 @@ from tests.e2e.test_migration import TRAIN, WAIT_S
 
 pytestmark = pytest.mark.e2e
 
-QUEUES = """
+
+def two_queues(guarantee: int) -> str:
+    """schedd.toml: queues a and b, each guaranteed `guarantee` GPUs and borrowing up to
+    twice that, under the default profile with no minimum run before a preemption."""
+    return f"""
 policy = "default"
 [queues."a"]
-guarantee_gpus = 2
-max_gpus = 4
+guarantee_gpus = {guarantee}
+max_gpus = {2 * guarantee}
 [queues."b"]
-guarantee_gpus = 2
-max_gpus = 4
+guarantee_gpus = {guarantee}
+max_gpus = {2 * guarantee}
 [profiles.default.settings]
 min_run_s = 0
 """
@@ -36,7 +40,7 @@ def queues(cluster: Cluster, token: str) -> dict[str, dict[str, Any]]:
 
 
 def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> None:
-    cluster.extra_schedd_config = QUEUES
+    cluster.extra_schedd_config = two_queues(2)
     cluster.start_schedd()
     cluster.start_agent("node-a")
     cluster.start_agent("node-b")
@@ -88,21 +92,8 @@ def test_a_queue_reclaims_its_guarantee_from_a_borrower(cluster: Cluster) -> Non
     assert (logged["job_id"], logged["queue"], logged["reason"]) == (victim["id"], "b", reclaim)
 
 
-SMALL_QUEUES = """
-policy = "default"
-[queues."a"]
-guarantee_gpus = 1
-max_gpus = 2
-[queues."b"]
-guarantee_gpus = 1
-max_gpus = 2
-[profiles.default.settings]
-min_run_s = 0
-"""
-
-
 def test_a_preempted_job_saves_a_checkpoint_and_resumes_from_it(cluster: Cluster) -> None:
-    cluster.extra_schedd_config = SMALL_QUEUES
+    cluster.extra_schedd_config = two_queues(1)
     cluster.start_schedd()
     cluster.start_agent("node-a", gpus=2)
     alice, bob = cluster.token("alice"), cluster.token("bob")

@@ -8,7 +8,6 @@ import asyncio
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,9 +16,9 @@ import pytest
 from agentd.job_controls import JobControls
 from agentd.kill import kill
 from agentd.runner import Runner
-from agentd.shim_server import ShimServer
 from shared.protocol import JobControlled, JobExited, JobProgress, JobStarted, Kill, Launch
 from shared.shim_protocol import EXIT_CHECKPOINTED
+from tests.integration.agent_parts import agent_parts
 from tests.integration.test_runner import Outbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,28 +32,17 @@ Agent = tuple[Runner, JobControls, Outbox, Path]
 
 @pytest.fixture
 async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
-    sockets = Path(tempfile.mkdtemp(prefix="kl-"))  # a socket's path must be short
-    out = Outbox()
-    shims = ShimServer(sockets)
-    runner = Runner(tmp_path / "state", out.post, shims=shims)
-    controls = JobControls(shims, out.post, runner.pgid_of, interval_s=0.05)
-    shims.on_event = controls.on_shim_event
     work = tmp_path / "job"
     work.mkdir()
     shutil.copy(ROOT / "shared" / "shim.py", work / "shim.py")
     shutil.copy(ROOT / "tests" / "integration" / "shim_job.py", work / "shim_job.py")
     (work / "no_save.py").write_text(NO_SAVE)
-    progress = asyncio.create_task(controls.run())
-    try:
-        yield runner, controls, out, work
-    finally:
-        progress.cancel()
-        for job in runner.jobs.values():
-            if job.ended is None:
-                await runner.kill(job.job_id, job.attempt, grace_s=1.0)
-        runner.close()
-        await shims.close()
-        shutil.rmtree(sockets, ignore_errors=True)
+    async with agent_parts(tmp_path / "state", interval_s=0.05) as (runner, controls, out):
+        progress = asyncio.create_task(controls.run())
+        try:
+            yield runner, controls, out, work
+        finally:
+            progress.cancel()
 
 
 async def stepping(agent: Agent, *argv: str) -> None:

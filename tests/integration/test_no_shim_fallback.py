@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,8 +14,8 @@ import pytest
 
 from agentd.job_controls import JobControls
 from agentd.runner import Runner
-from agentd.shim_server import ShimServer
 from shared.protocol import JobControlled, JobStarted, Launch
+from tests.integration.agent_parts import agent_parts
 from tests.integration.test_runner import Outbox
 
 
@@ -33,20 +31,8 @@ def socket_offered(job_dir: Path) -> bool:
 
 @pytest.fixture
 async def agent(tmp_path: Path) -> AsyncIterator[tuple[Runner, JobControls, Outbox]]:
-    sockets = Path(tempfile.mkdtemp(prefix="ns-"))  # a socket's path must be short
-    out = Outbox()
-    shims = ShimServer(sockets)
-    runner = Runner(tmp_path, out.post, shims=shims)
-    controls = JobControls(shims, out.post, runner.pgid_of, interval_s=1.0)
-    try:
-        yield runner, controls, out
-    finally:
-        for job in runner.jobs.values():
-            if job.ended is None:
-                await runner.kill(job.job_id, job.attempt, grace_s=1.0)
-        runner.close()
-        await shims.close()
-        shutil.rmtree(sockets, ignore_errors=True)
+    async with agent_parts(tmp_path) as parts:
+        yield parts
 
 
 async def test_suspend_and_resume_without_a_shim_use_sigstop_and_sigcont(
