@@ -17,7 +17,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from schedd import api_controls, estimate_report, job_controls, queue_report
+from schedd import api_controls, api_nodes, estimate_report, job_controls, queue_report
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.problems import Problem, invalid, not_found, unauthorized
@@ -91,6 +91,8 @@ class Api:
             web.get("/v1/estimates/{job_id}", self.estimates),
             web.get("/v1/nodes", self.list_nodes),
             web.delete("/v1/nodes/{node_id}/gpus/{uuid}/fault", self.clear_gpu_fault),
+            web.post("/v1/nodes/{node_id}/drain", self.drain_node),
+            web.delete("/v1/nodes/{node_id}/drain", self.undrain_node),
             web.get("/v1/queues", self.list_queues),
             web.get("/v1/agents/ws", self.hub.handle),
         ]
@@ -334,6 +336,20 @@ class Api:
                 },
             }
         )
+
+    async def drain_node(self, request: web.Request) -> web.Response:
+        """An admin takes a node out of placement (api_nodes)."""
+        return respond(await api_nodes.drain(self, request, self._admin(request, "drain")))
+
+    async def undrain_node(self, request: web.Request) -> web.Response:
+        """An admin puts a drained node back into placement (api_nodes)."""
+        return respond(await api_nodes.undrain(self, request, self._admin(request, "undrain")))
+
+    @staticmethod
+    def _admin(request: web.Request, what: str) -> str:
+        if not request[PRINCIPAL].is_admin:
+            raise Problem(403, "Forbidden", f"only an admin may {what} a node")
+        return str(request[PRINCIPAL].user)
 
     async def list_queues(self, request: web.Request) -> web.Response:
         return respond(await queue_report.report(self.scheduler))

@@ -102,6 +102,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     clear.add_argument("node_id")
     clear.add_argument("gpu_uuid")
+    drain = sub.add_parser(
+        "drain", help="take a node out of placement: nothing new starts there (admin)"
+    )
+    drain.add_argument("node_id")
+    drain.add_argument("--reason", required=True, help="why, shown in GET /v1/nodes")
+    drain.add_argument(
+        "--requeue", action="store_true", help="also preempt and requeue its jobs now"
+    )
+    sub.add_parser("undrain", help="put a drained node back into placement (admin)").add_argument(
+        "node_id"
+    )
     sub.add_parser("queues", help="queues: guarantee, max, use, borrowing, share, waits")
     sub.add_parser("explain", help="why a job is in its state, with its queue").add_argument(
         "job_id"
@@ -150,6 +161,13 @@ def main(argv: list[str] | None = None) -> None:
         node, gpu = (urllib.parse.quote(x, safe="") for x in (args.node_id, args.gpu_uuid))
         path = f"/v1/nodes/{node}/gpus/{gpu}/fault"
         _print(_http("DELETE", path))
+    elif args.command in ("drain", "undrain"):
+        path = f"/v1/nodes/{urllib.parse.quote(args.node_id, safe='')}/drain"
+        if args.command == "undrain":
+            _print(_http("DELETE", path))
+        else:
+            body = {"reason": args.reason, "requeue": args.requeue}
+            _print(_http("POST", path, json.dumps(body).encode()))
     elif args.command == "queues":
         print(cli_queues.queues_text(_http("GET", "/v1/queues")))
     elif args.command == "explain":

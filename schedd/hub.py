@@ -97,6 +97,8 @@ class Hub:
         # clears it) or unreadable (its last sample carried an error).
         self.faulty: set[str] = set()
         self.unreadable: set[str] = set()
+        # Nodes an admin drained: nothing new is placed there until put back.
+        self.drained: set[str] = set()
         self._join_token = config.resolved_join_token().encode()
 
     async def recall(self) -> None:
@@ -105,6 +107,7 @@ class Hub:
         for node in await nodes.disconnect_all(self.pool, self.config.node_lost_after_s):
             self._away[node["node_id"]] = (node["gpus"], node["away_since"])
         self.faulty = await nodes.faulty_gpus(self.pool)
+        self.drained = await nodes.drained_nodes(self.pool)
         for row in await jobs.placed(self.pool):
             for node_id in {row["node_id"], *(n for n, _ in row["parts"] or ())}:
                 self.start_lost_timer(node_id)
@@ -113,14 +116,19 @@ class Hub:
         """The GPUs of the largest node connected, or away for less than
         `node_lost_after_s` (it is then expected back)."""
         since = time.time() - self.config.node_lost_after_s
-        out = self.out_of_placement()
+        out = self.faulty | self.unreadable  # a drained node is expected back too
         sizes = [self._usable(link, out) for link in self.links.values()]
         sizes += [gpus for gpus, away in self._away.values() if away > since]
         return max(sizes, default=0)
 
     def out_of_placement(self) -> set[str]:
-        """The GPUs nothing new may be placed on: faulty, or unreadable."""
-        return self.faulty | self.unreadable
+        """The GPUs nothing new may be placed on: faulty, unreadable, or on a drained node."""
+        out = self.faulty | self.unreadable
+        for node_id in self.drained:
+            link = self.links.get(node_id)
+            if link is not None:
+                out.update(g.uuid for g in link.hello.inventory.gpus)
+        return out
 
     @staticmethod
     def _usable(link: AgentLink, out: set[str]) -> int:
@@ -192,7 +200,8 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
-        self._away[link.node_id] = (self._usable(link, self.out_of_placement()), time.time())
+        out = self.faulty | self.unreadable  # a drained node is expected back too
+        self._away[link.node_id] = (self._usable(link, out), time.time())
         # The timer first: a server that cancels the handler of a dropped connection
         # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)
@@ -332,6 +341,26 @@ class Hub:
             self.wake()
         else:  # out already (its first fault is kept), or not a GPU of this node
             log.error("gpu fault", error=event.error, **fields)
+
+    async def drain(self, node_id: str, reason: str, by: str) -> asyncpg.Record | None:
+        """An admin takes the node out of placement; its drain, None: no such node."""
+        drained = await nodes.drain(self.pool, node_id, reason, by)
+        if drained is not None and node_id not in self.drained:
+            self.drained.add(node_id)
+            log.info("node drained", node_id=node_id, reason=drained["drain_reason"], by=by)
+            self.wake()
+        return drained
+
+    async def undrain(self, node_id: str, by: str) -> asyncpg.Record | None:
+        """An admin puts a drained node back into placement; its drain as it was, None if
+        it had none."""
+        undone = await nodes.undrain(self.pool, node_id)
+        if undone is not None or node_id in self.drained:
+            self.drained.discard(node_id)
+            reason = undone["drain_reason"] if undone is not None else None
+            log.info("node back in placement", node_id=node_id, drained_for=reason, by=by)
+            self.wake()
+        return undone
 
     async def clear_fault(self, node_id: str, uuid: str, by: str) -> asyncpg.Record | None:
         """An admin's word that the GPU is sound again: back into placement."""

@@ -288,9 +288,14 @@ class Scheduler:
                     "action skipped: its GPUs were not freed", job_id=action.job_id, action=name
                 )
             elif not self.hub.out_of_placement().isdisjoint(_lands_on(action, placed)):
-                # A GPU faulted (or stopped answering) while this plan was carried out.
+                # A GPU faulted (or stopped answering), or its node was drained, while
+                # this plan was carried out.
                 name = type(action).__name__
-                log.info("action skipped: a GPU of it faulted", job_id=action.job_id, action=name)
+                log.info(
+                    "action skipped: a GPU of it is out of placement",
+                    job_id=action.job_id,
+                    action=name,
+                )
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)

@@ -210,6 +210,13 @@ class NodeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     node: Annotated[str, Meta(min_length=1, max_length=253)]
 
 
+class DrainRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    reason: Annotated[str, Meta(min_length=1, max_length=500)]
+    # Also requeue the jobs placed there now (preempted: a job whose shim can save
+    # saves first); without it they run on to their end.
+    requeue: bool = False
+
+
 T = TypeVar("T")
 
 

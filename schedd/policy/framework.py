@@ -108,11 +108,12 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
         return None
     if request.gpus > connected:
         away = view.snapshot.largest_node_gpus
-        if view.snapshot.multi_node and request.gpus <= away:
+        if request.gpus <= away:
+            across = " rather than run across nodes" if view.snapshot.multi_node else ""
             return Wait(
                 "too_large",
                 f"asks for {request.gpus} GPUs: the largest connected node has {connected},"
-                f" and it waits for a node of {away} that is away rather than run across nodes",
+                f" and it waits for a node of {away} that is away or drained{across}",
             )
         return Wait(
             "too_large",

@@ -178,6 +178,43 @@ async def faulty_gpus(pool: asyncpg.Pool) -> set[str]:
     return {r["uuid"] for r in await pool.fetch("SELECT uuid FROM gpus WHERE fault IS NOT NULL")}
 
 
+async def drain(pool: asyncpg.Pool, node_id: str, reason: str, by: str) -> asyncpg.Record | None:
+    """Take the node out of placement; its drain as it stands (a node drained already
+    keeps its first drain), or None: no such node."""
+    return await pool.fetchrow(
+        "UPDATE nodes SET drain_reason = coalesce(drain_reason, $2),"
+        " drained_by = coalesce(drained_by, $3), drained_at = coalesce(drained_at, now())"
+        " WHERE node_id = $1 RETURNING drain_reason, drained_by, drained_at",
+        node_id,
+        reason,
+        by,
+    )
+
+
+async def undrain(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
+    """Put the node back into placement; its drain as it was, None if it had none."""
+    # Locked first: of two at once, the second finds nothing left to undo.
+    return await pool.fetchrow(
+        "WITH old AS (SELECT node_id, drain_reason, drained_by, drained_at FROM nodes"
+        " WHERE node_id = $1 AND drained_at IS NOT NULL FOR UPDATE)"
+        " UPDATE nodes n SET drain_reason = NULL, drained_by = NULL, drained_at = NULL FROM old"
+        " WHERE n.node_id = old.node_id"
+        " RETURNING old.drain_reason, old.drained_by, old.drained_at",
+        node_id,
+    )
+
+
+async def drained_nodes(pool: asyncpg.Pool) -> set[str]:
+    return {
+        r["node_id"]
+        for r in await pool.fetch("SELECT node_id FROM nodes WHERE drained_at IS NOT NULL")
+    }
+
+
+async def has_node(pool: asyncpg.Pool, node_id: str) -> bool:
+    return bool(await pool.fetchval("SELECT 1 FROM nodes WHERE node_id = $1", node_id))
+
+
 async def has_gpu(pool: asyncpg.Pool, node_id: str, uuid: str) -> bool:
     return bool(
         await pool.fetchval("SELECT 1 FROM gpus WHERE node_id = $1 AND uuid = $2", node_id, uuid)
@@ -186,8 +223,8 @@ async def has_gpu(pool: asyncpg.Pool, node_id: str, uuid: str) -> bool:
 
 async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     nodes = await pool.fetch(
-        "SELECT node_id, labels, cpus, memory_mib, gpu_backend, connected, first_seen, last_seen"
-        " FROM nodes ORDER BY node_id"
+        "SELECT node_id, labels, cpus, memory_mib, gpu_backend, connected, first_seen, last_seen,"
+        " drain_reason, drained_by, drained_at FROM nodes ORDER BY node_id"
     )
     gpus = await pool.fetch(
         "SELECT g.uuid, g.node_id, g.index, g.model, g.memory_mib, g.utilization_pct,"
@@ -206,6 +243,7 @@ async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
             **dict(n),
             "first_seen": n["first_seen"].isoformat(),
             "last_seen": n["last_seen"].isoformat(),
+            "drained_at": n["drained_at"].isoformat() if n["drained_at"] else None,
             "gpus": by_node.get(n["node_id"], []),
         }
         for n in nodes

@@ -132,7 +132,7 @@ def test_a_job_a_node_away_could_hold_waits_for_it_rather_than_span_nodes(profil
     assert set(launches(plan)) == {"gang"}
     assert plan.waiting["one"].reason == (
         "asks for 8 GPUs: the largest connected node has 4, and it waits for a node of 8"
-        " that is away rather than run across nodes"
+        " that is away or drained rather than run across nodes"
     )
     # Without a node that large about, it runs across nodes.
     plan = run(profile, snapshot(nodes, [pending("one", 8)], multi_node=True))
