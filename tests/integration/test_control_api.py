@@ -4,22 +4,14 @@ what reaches the agent, what the job's history says, and refusals that change no
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.model import JobSpec
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, api_call, start_schedd
-
-
-@pytest.fixture
-async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool) as s:
-        yield s
+from tests.integration.inprocess import Schedd, api_call
 
 
 async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyncpg.Pool) -> None:

@@ -5,7 +5,6 @@ requests are refused, naming the field, and change nothing."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -17,12 +16,6 @@ from tests.integration.fake_agent import FakeAgent, agent_on, exited, started, s
 from tests.integration.inprocess import Schedd, api_call, api_get, start_schedd, submit, waits_with
 
 DRAIN = "/v1/nodes/n1/drain"
-
-
-@pytest.fixture
-async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool) as s:
-        yield s
 
 
 async def node_shown(schedd: Schedd, token: str, node_id: str) -> dict[str, Any]:

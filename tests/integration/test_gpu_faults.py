@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 
 import asyncpg
 import msgspec
@@ -27,12 +26,6 @@ from tests.integration.inprocess import (
     submit,
     waits_with,
 )
-
-
-@pytest.fixture
-async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool) as s:
-        yield s
 
 
 async def gpu_shown(schedd: Schedd, token: str, uuid: str) -> dict[str, object]:

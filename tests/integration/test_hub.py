@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aiohttp
 import asyncpg
@@ -20,12 +19,6 @@ INVENTORY = p.Inventory(
     cpus=8,
     memory_mib=16000,
 )
-
-
-@pytest.fixture
-async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool) as s:
-        yield s
 
 
 async def connect(server: TestServer, token: str = JOIN_TOKEN) -> aiohttp.ClientWebSocketResponse:

@@ -3,23 +3,14 @@ the agent, what the job's history says, and controls that no longer apply."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
-import pytest
 
 from schedd.policy.actions import Migrate, Resize, Resume, SetLimits, Suspend
 from schedd.store import jobs
 from shared import protocol as p
 from shared.model import JobSpec
 from tests.integration.fake_agent import FakeAgent, state_becomes
-from tests.integration.inprocess import Schedd, start_schedd
-
-
-@pytest.fixture
-async def schedd(pool: asyncpg.Pool) -> AsyncIterator[Schedd]:
-    async with start_schedd(pool) as s:
-        yield s
+from tests.integration.inprocess import Schedd
 
 
 async def test_the_plans_controls_reach_the_agent_in_the_schedulers_name(
