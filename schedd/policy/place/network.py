@@ -15,6 +15,7 @@ with jobs ordered before), else by best fit.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, defaultdict
 
 from schedd.policy.place.grouping_ga import Bin, Budget, pack
@@ -42,37 +43,52 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
     return _best_fit_by_level(job, view)
 
 
+def _racks(view: View) -> dict[str, tuple[str, str]]:
+    """Each node's (domain, rack), from its labels: once per plan."""
+    key = ("liquid_racks",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = {
+            node_id: (cap.node.labels.get("domain", ""), cap.node.labels.get("rack", ""))
+            for node_id, cap in view.capacity.items()
+        }
+    return known  # type: ignore[return-value]
+
+
 def _rack_of(node_id: str, view: View) -> tuple[str, str]:
-    labels = view.capacity[node_id].node.labels
-    return (labels.get("domain", ""), labels.get("rack", ""))
+    return _racks(view)[node_id]
 
 
 def _free_by_rack(view: View) -> dict[tuple[str, str], int]:
     # Counted at each call, not kept: a victim search changes capacity for a moment
     # without a new generation, and a count kept from then would outlive it.
+    racks = _racks(view)
     free: dict[tuple[str, str], int] = defaultdict(int)
     for node_id, cap in view.capacity.items():
-        free[_rack_of(node_id, view)] += len(cap.free_gpus)
+        free[racks[node_id]] += len(cap.free_gpus)
     return free
 
 
 def _best_fit_by_level(job: PendingJob, view: View) -> Placement | NoFit:
     """Best fit at each level: the fullest rack with a node that takes the job, and in
-    it the fullest such node; racks left whole are where the next gang fits in one."""
+    it the fullest such node; racks left whole are where the next gang fits in one.
+    The candidates are tried in that order, the first that takes the job winning: the
+    order costs a count per node, a fit check far more."""
     by_rack = _free_by_rack(view)
+    racks, capacity = _racks(view), view.capacity
+    order = [
+        (by_rack[racks[node_id]], len(capacity[node_id].free_gpus), node_id)
+        for node_id in candidates(view, job.request.gpus)
+    ]
+    heapq.heapify(order)
     filtered: Counter[str] = Counter()
-    best: tuple[int, int, str, tuple[str, ...]] | None = None
-    for node_id in candidates(view, job.request.gpus):
+    while order:
+        node_id = heapq.heappop(order)[2]
         fit = fit_on(view, node_id, job)
-        if isinstance(fit, str):
-            filtered[fit] += 1
-            continue
-        here = (by_rack[_rack_of(node_id, view)], len(view.capacity[node_id].free_gpus), node_id)
-        if best is None or here < best[:3]:
-            best = (*here, fit)
-    if best is None:
-        return no_fit(view, job, filtered)
-    return Placement((Shard(best[2], best[3]),))
+        if not isinstance(fit, str):
+            return Placement((Shard(node_id, fit),))
+        filtered[fit] += 1
+    return no_fit(view, job, filtered)
 
 
 def spread_cost(shards: tuple[Shard, ...], view: View) -> float:
