@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from schedd import cli_queues
+from schedd import cli_nodes, cli_queues
 from schedd.sim import cli as sim_cli
 from shared import logging
 from shared.config import ConfigError, SchedConfig, load
@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     logs.add_argument(
         "--rank", type=int, default=0, help="a gang's part to read (default 0, on its head node)"
     )
-    sub.add_parser("nodes", help="list nodes and their GPUs")
+    sub.add_parser("nodes", help="list nodes: GPUs free, jobs, faults, drains").add_argument(
+        "--json", action="store_true", help="the API's answer, with every GPU"
+    )
     clear = sub.add_parser(
         "clear-fault", help="put a GPU taken out of placement for a fault back (admin)"
     )
@@ -156,7 +158,11 @@ def main(argv: list[str] | None = None) -> None:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
         _http("GET", f"/v1/jobs/{args.job_id}/logs{query}", stream=True)
     elif args.command == "nodes":
-        _print(_http("GET", "/v1/nodes"))
+        listed = _http("GET", "/v1/nodes")
+        if args.json:
+            _print(listed)
+        else:
+            print(cli_nodes.nodes_text(listed))
     elif args.command == "clear-fault":
         node, gpu = (urllib.parse.quote(x, safe="") for x in (args.node_id, args.gpu_uuid))
         path = f"/v1/nodes/{node}/gpus/{gpu}/fault"

@@ -27,6 +27,11 @@ def test_a_drained_node_runs_its_jobs_on_and_takes_no_new_one(cluster: Cluster) 
     nodes = {n["node_id"]: n for n in cluster.curl("GET", "/v1/nodes", admin).body["nodes"]}
     assert (nodes[where]["drain_reason"], nodes[where]["drained_by"]) == ("swap a disk", "root")
     assert nodes[other]["drained_at"] is None
+    lines = {line.split()[0]: line for line in cluster.schedctl(admin, "nodes").splitlines()}
+    assert lines[where].endswith("drained by root: swap a disk"), lines
+    assert lines[other].split()[1:] == ["yes", "1", "1", "0", "-", "in", "placement"], lines
+    listed = json.loads(cluster.schedctl(admin, "nodes", "--json"))["nodes"]
+    assert {n["node_id"] for n in listed} == {"node-a", "node-b"}
 
     # A user may not drain a node; the admin's own drain stands.
     refused = cluster.curl("POST", f"/v1/nodes/{other}/drain", alice, {"reason": "mine"})
