@@ -317,12 +317,11 @@ class Api:
 
     async def clear_gpu_fault(self, request: web.Request) -> web.Response:
         """An admin puts a GPU taken out of placement for a fault back into it."""
-        if not request[PRINCIPAL].is_admin:
-            raise Problem(403, "Forbidden", "only an admin may clear a GPU's fault")
+        by = self._admin(request, "clear a GPU's fault")
         node_id, uuid = request.match_info["node_id"], request.match_info["uuid"]
         if not await nodes.has_gpu(self.pool, node_id, uuid):
             raise not_found(f"GPU {uuid} on node {node_id}")
-        cleared = await self.hub.clear_fault(node_id, uuid, by=request[PRINCIPAL].user)
+        cleared = await self.hub.clear_fault(node_id, uuid, by=by)
         if cleared is None:
             raise Problem(409, "No fault", f"GPU {uuid} of node {node_id} has no fault to clear")
         return respond(
@@ -339,16 +338,18 @@ class Api:
 
     async def drain_node(self, request: web.Request) -> web.Response:
         """An admin takes a node out of placement (api_nodes)."""
-        return respond(await api_nodes.drain(self, request, self._admin(request, "drain")))
+        return respond(await api_nodes.drain(self, request, self._admin(request, "drain a node")))
 
     async def undrain_node(self, request: web.Request) -> web.Response:
         """An admin puts a drained node back into placement (api_nodes)."""
-        return respond(await api_nodes.undrain(self, request, self._admin(request, "undrain")))
+        user = self._admin(request, "undrain a node")
+        return respond(await api_nodes.undrain(self, request, user))
 
     @staticmethod
     def _admin(request: web.Request, what: str) -> str:
+        """The admin asking (403 for anyone else, naming `what` they may not do)."""
         if not request[PRINCIPAL].is_admin:
-            raise Problem(403, "Forbidden", f"only an admin may {what} a node")
+            raise Problem(403, "Forbidden", f"only an admin may {what}")
         return str(request[PRINCIPAL].user)
 
     async def list_queues(self, request: web.Request) -> web.Response:

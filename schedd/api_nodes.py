@@ -40,18 +40,20 @@ async def drain(api: Api, request: web.Request, user: str) -> dict[str, Any]:
     drained = await api.hub.drain(node_id, body.reason, by=user)
     if drained is None:
         raise not_found(f"node {node_id}")
+    # A requeued job stays placed there until it has stopped: all are listed.
+    placed = await jobs.placed(api.pool, node_id)
     requeued: list[str] = []
     if body.requeue:
         why = f"node {node_id} drained by {user}: {drained['drain_reason']}"
-        for row in await jobs.placed(api.pool, node_id):
+        for row in placed:
             if row["state"] in _REQUEUED_FROM and await api.executor.execute(
                 Preempt(row["id"], why)
             ):
                 requeued.append(row["id"])
         if requeued:
             log.info("drained node's jobs requeued", node_id=node_id, jobs=requeued, by=user)
-    placed = [r["id"] for r in await jobs.placed(api.pool, node_id)]
-    return {"node_id": node_id, "drain": _drain(drained), "requeued": requeued, "jobs": placed}
+    listed = [r["id"] for r in placed]
+    return {"node_id": node_id, "drain": _drain(drained), "requeued": requeued, "jobs": listed}
 
 
 async def undrain(api: Api, request: web.Request, user: str) -> dict[str, Any]:

@@ -116,14 +116,18 @@ class Hub:
         """The GPUs of the largest node connected, or away for less than
         `node_lost_after_s` (it is then expected back)."""
         since = time.time() - self.config.node_lost_after_s
-        out = self.faulty | self.unreadable  # a drained node is expected back too
+        out = self._gpus_out()  # a drained node is expected back
         sizes = [self._usable(link, out) for link in self.links.values()]
         sizes += [gpus for gpus, away in self._away.values() if away > since]
         return max(sizes, default=0)
 
+    def _gpus_out(self) -> set[str]:
+        """The GPUs out of placement on their own: faulty, or unreadable."""
+        return self.faulty | self.unreadable
+
     def out_of_placement(self) -> set[str]:
         """The GPUs nothing new may be placed on: faulty, unreadable, or on a drained node."""
-        out = self.faulty | self.unreadable
+        out = self._gpus_out()
         for node_id in self.drained:
             link = self.links.get(node_id)
             if link is not None:
@@ -200,8 +204,8 @@ class Hub:
         if self.links.get(link.node_id) is not link:
             return  # replaced by a newer connection of the same node
         del self.links[link.node_id]
-        out = self.faulty | self.unreadable  # a drained node is expected back too
-        self._away[link.node_id] = (self._usable(link, out), time.time())
+        # Its size as expected back: a drained node's GPUs count.
+        self._away[link.node_id] = (self._usable(link, self._gpus_out()), time.time())
         # The timer first: a server that cancels the handler of a dropped connection
         # (aiohttp's handler_cancellation) must not leave the node's jobs unaccounted.
         self.start_lost_timer(link.node_id)

@@ -13,8 +13,9 @@ from typing import Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 4  # 2: SetKind; 3: gangs (Launch.gang, Inventory.address); 4: Kill.checkpoint_s;
-# agents must match
+# Agents must match. 2: SetKind; 3: gangs (Launch.gang, Inventory.address);
+# 4: Kill.checkpoint_s.
+PROTOCOL_VERSION = 4
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
