@@ -283,16 +283,16 @@ class Sampler(threading.Thread):
         super().__init__(name="nvml-sampler", daemon=True)
         self.gpu, self.interval_s = gpu, interval_s
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             sample = Sample(time.monotonic(), self.gpu.processes(), self.gpu.utilization())
             self.samples.append(sample)  # list.append is atomic under the GIL
-            self._stop.wait(self.interval_s)
+            self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
     def between(self, a: float, b: float) -> list[Sample]:
