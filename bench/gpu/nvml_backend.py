@@ -112,7 +112,10 @@ class BackendCheck(Harness):
         known = {p.pid for s in idle for p in s.processes}
         say(f"idle: {len(idle)} samples; processes already listed: {sorted(known) or 'none'}")
 
-        job = await self.launch("nvml-check", "guaranteed", self.args.job, socket=False)
+        lifetime = str(4 * CONNECT_TIMEOUT_S)  # it is stopped long before that
+        job = await self.launch(
+            "nvml-check", "guaranteed", self.args.job, "--seconds", lifetime, socket=False
+        )
         appeared = await self._until(one, lambda s: _new(s, known), job)
         if appeared is None:
             await job.stop()
