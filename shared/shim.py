@@ -415,10 +415,13 @@ class _Torch:
         end.record()
         end.synchronize()  # the step's kernels are done: timing and throttling are honest
         gpu_s = None if self._start is None or failed else self._start.elapsed_time(end) / 1000
+        # One read of the allocator's figures: PyTorch's memory_allocated() and the like
+        # each flatten all of them (over a hundred) into a new dict, at every step.
+        stats = cuda.memory_stats_as_nested_dict(self.device)
         memory = Memory(
-            allocated_mib=cuda.memory_allocated(self.device) // _MIB,
-            reserved_mib=cuda.memory_reserved(self.device) // _MIB,
-            peak_mib=cuda.max_memory_reserved(self.device) // _MIB,
+            allocated_mib=_all_pools(stats, "allocated_bytes", "current") // _MIB,
+            reserved_mib=_all_pools(stats, "reserved_bytes", "current") // _MIB,
+            peak_mib=_all_pools(stats, "reserved_bytes", "peak") // _MIB,
         )
         if not spilled:
             self.need_mib = memory.peak_mib
@@ -437,6 +440,12 @@ class _Torch:
         before = self.torch.cuda.memory_reserved(self.device)
         self.torch.cuda.empty_cache()
         return int(before - self.torch.cuda.memory_reserved(self.device)) // _MIB
+
+
+def _all_pools(stats: dict[str, Any], name: str, which: str) -> int:
+    """A figure of `torch.cuda.memory_stats_as_nested_dict` over all pools; 0 where the
+    allocator keeps none (as PyTorch's own getters answer then)."""
+    return int(stats.get(name, {}).get("all", {}).get(which, 0))
 
 
 # ---- the shim ---------------------------------------------------------------------

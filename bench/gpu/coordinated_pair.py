@@ -95,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overhead-steps", type=int, default=200, help="per run; 0 skips phase 1")
     p.add_argument("--overhead-repeats", type=int, default=2)
     p.add_argument("--slowdown", type=float, default=0.05, help="CoordinatorSettings.slowdown")
+    p.add_argument("--decrease", type=float, default=0.5, help="CoordinatorSettings.decrease")
+    p.add_argument("--increase", type=int, default=5, help="CoordinatorSettings.increase")
     p.add_argument("--window", type=int, default=20, help="CoordinatorSettings.window")
     p.add_argument("--solo-samples", type=int, default=50, help="CoordinatorSettings.solo_samples")
     p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to measure")
@@ -651,7 +653,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = CoordinatorSettings(
-            slowdown=args.slowdown, window=args.window, solo_samples=args.solo_samples
+            slowdown=args.slowdown,
+            decrease=args.decrease,
+            increase=args.increase,
+            window=args.window,
+            solo_samples=args.solo_samples,
         )
     except ValueError as exc:
         print(f"cannot measure: {exc}", file=sys.stderr)

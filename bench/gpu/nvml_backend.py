@@ -45,10 +45,11 @@ from _common import (
     prepare,
     say,
     table,
+    wait_until,
     write_json,
 )
 
-JOB_ARGS = "--model transformer --batch 16 --width 1024 --depth 4 --seq 256"
+JOB_ARGS = "--model transformer --batch 16 --width 1024 --depth 4 --seq 256 --report-every 10"
 SAMPLE_GAP_S = 0.25  # between samples in the loops below
 
 
@@ -125,7 +126,12 @@ class BackendCheck(Harness):
             )
         seen_after_s = appeared[1]
         say(f"job's process listed {seen_after_s:.1f}s after its start")
+        # Listed once its CUDA context exists; its steps start later. The busy samples
+        # are taken once it reports steps, so that they see it train.
+        await wait_until(lambda: _progress(job) is not None, CONNECT_TIMEOUT_S, job)
+        training_after_s = time.monotonic() - job.started
         busy, busy_costs = await self._samples(one, self.args.samples)
+        progress = _progress(job)
         pid = _new(appeared[0], known)
         assert pid is not None
         ours = [p for s in busy for p in s.processes if p.pid == pid]
@@ -159,6 +165,8 @@ class BackendCheck(Harness):
             },
             "with_job": {
                 "listed_after_s": round(seen_after_s, 2),
+                "training_after_s": round(training_after_s, 2),
+                "job_steps_per_s": None if progress is None else progress.get("steps_per_s"),
                 "nvml_pid": pid,
                 "pid_is_the_jobs": pid == job.pid,
                 "job_memory_mib_max": max((p.memory_used_mib for p in ours), default=None),
@@ -204,6 +212,12 @@ class BackendCheck(Harness):
         return None
 
 
+def _progress(job: Any) -> dict[str, Any] | None:
+    """The job's latest progress line: it has run --report-every steps."""
+    found = [e for e in job.events if e.get("event") == "progress"]
+    return found[-1] if found else None
+
+
 def _new(sample: Any, known: set[int]) -> int | None:
     """A process on the GPU, with memory, that was not there while it was idle."""
     fresh = [p.pid for p in sample.processes if p.pid not in known and p.memory_used_mib > 0]
@@ -238,6 +252,8 @@ def show(result: dict[str, Any]) -> None:
         ["job's process memory, max MiB", "", fmt(w["job_memory_mib_max"], "d")],
         ["job listed in samples", "", w["listed_in_samples"]],
         ["listed after the job's start, s", "", fmt(w["listed_after_s"])],
+        ["training after the job's start, s", "", fmt(w["training_after_s"])],
+        ["job's steps/s while sampled", "", fmt(w["job_steps_per_s"])],
         ["`changed` pushes the sample", "", str(w["changed_pushes_it"])],
         ["errors", ", ".join(i["errors"]) or "none", ", ".join(w["errors"]) or "none"],
     ]

@@ -54,14 +54,16 @@ class FakeCuda:
     def get_device_properties(self, device: int) -> Any:
         return SimpleNamespace(total_memory=self.total)
 
-    def memory_allocated(self, device: int) -> int:
-        return self.allocated
+    def memory_stats_as_nested_dict(self, device: int) -> dict[str, Any]:
+        """Shaped as PyTorch's: per figure, per pool, current / peak / allocated / freed."""
+        return {
+            "allocated_bytes": {"all": {"current": self.allocated, "peak": self.allocated}},
+            "reserved_bytes": {"all": {"current": self.reserved, "peak": self.peak}},
+            "num_ooms": 0,
+        }
 
     def memory_reserved(self, device: int) -> int:
         return self.reserved
-
-    def max_memory_reserved(self, device: int) -> int:
-        return self.peak
 
     def set_per_process_memory_fraction(self, fraction: float, device: int) -> None:
         self.fraction = fraction
@@ -110,6 +112,7 @@ def control(s: shim.Shim, msg: sp.ShimMsg) -> None:
 
 
 def test_steps_report_gpu_time_and_memory(cuda: FakeCuda) -> None:
+    cuda.reserved = 2500 * MIB  # below its peak: each figure is told apart
     s, sent = watched_shim()
     with s.step():
         time.sleep(0.01)
@@ -117,7 +120,7 @@ def test_steps_report_gpu_time_and_memory(cuda: FakeCuda) -> None:
     assert step["gpu_s"] is not None and step["gpu_s"] > 0
     assert (step["mem_allocated_mib"], step["mem_reserved_mib"], step["mem_peak_mib"]) == (
         1000,
-        3000,
+        2500,
         3000,
     )
     assert (step["cap_met"], step["spilling"]) == (None, False)
