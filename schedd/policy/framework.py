@@ -111,7 +111,7 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
         if request.gpus <= away:
             across = " rather than run across nodes" if view.snapshot.multi_node else ""
             return Wait(
-                "too_large",
+                "node_away",
                 f"asks for {request.gpus} GPUs: the largest connected node has {connected},"
                 f" and it waits for a node of {away} that is away or drained{across}",
             )

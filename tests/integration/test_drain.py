@@ -101,7 +101,7 @@ async def test_a_drain_outlives_a_restart(pool: asyncpg.Pool) -> None:
         agent = await agent_on(second, "n1")
         job = await submit(second, pool)
         # It waits for the drained node, as for one that is away.
-        assert await waits_with(second, job, "too_large") == (
+        assert await waits_with(second, job, "node_away") == (
             "asks for 1 GPUs: the largest connected node has 0, and it waits for a node of 2"
             " that is away or drained rather than run across nodes"
         )

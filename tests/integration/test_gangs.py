@@ -367,7 +367,7 @@ async def test_a_job_that_a_node_away_could_hold_waits_for_it(
     big = await agent_on(schedd, "big", gpus=4)
     await big.close()
     job_id = await submit_gang(schedd, pool)
-    assert "waits for a node of 4 that is away" in await waits_with(schedd, job_id, "too_large")
+    assert "waits for a node of 4 that is away" in await waits_with(schedd, job_id, "node_away")
     big = await agent_on(schedd, "big", gpus=4)
     launch = await big.expect(p.Launch)
     assert (launch.job_id, launch.gang, len(launch.gpu_uuids)) == (job_id, None, 4)

@@ -130,6 +130,7 @@ def test_a_job_a_node_away_could_hold_waits_for_it_rather_than_span_nodes(profil
     )
     plan = run(profile, snap)
     assert set(launches(plan)) == {"gang"}
+    assert plan.waiting["one"].code == "node_away"
     assert plan.waiting["one"].reason == (
         "asks for 8 GPUs: the largest connected node has 4, and it waits for a node of 8"
         " that is away or drained rather than run across nodes"
