@@ -10,7 +10,7 @@ the rack, else the domain, with the fewest free GPUs that can hold it (labels `r
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from itertools import islice
+from itertools import chain, islice
 
 from schedd.policy.placement import NoFit, Placement, fit_on, needs_spreading, no_fit, spread
 from schedd.policy.snapshot import PendingJob, Shard
@@ -33,7 +33,9 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         # affinity (ties in bucket order), then check fits in that order.
         scan = list(islice(bucket, AFFINITY_SCAN))
         ranked = sorted(scan, key=lambda n: -sizes.get(n, {}).get(gpus, 0))
-        for node_id in [*ranked, *islice(bucket, AFFINITY_SCAN, None)]:
+        # The rest lazily: the first node tried mostly takes the job, and the bucket of
+        # an idle cluster holds every node (nothing changes it until the job returns).
+        for node_id in chain(ranked, islice(bucket, AFFINITY_SCAN, None)):
             fit = fit_on(view, node_id, job)
             if isinstance(fit, str):
                 filtered[fit] += 1
