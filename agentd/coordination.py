@@ -15,6 +15,9 @@ schedd as a `JobControlled(event="limits")`.
   on a GPU waits, uncoordinated there, and joins when that one is suspended or ends.
 - Only a GPU with a guaranteed job and opportunistic ones is steered; the coordinator
   returns no decisions for any other.
+- schedd's limits for an opportunistic job its GPUs' coordinators steer (`bound`) are
+  the most they give it, here or alone on a GPU; not its setting, which they still
+  choose below that. For any other job the limits are its setting, as they stand.
 - After an agent restart the runner calls `job_started` for each job it finds running
   (before its socket is open again), so every job a shim says `hello` for is known; a
   `hello` of a job that has not started here is ignored. `job_started` takes what the
@@ -149,6 +152,21 @@ class Coordination:
             decisions += self._join_waiting(job.gpus)
         self._drop_idle(job.gpus)
         self._handle(decisions)
+
+    def bound(self, key: str, share: int, memory_cap_mib: int | None) -> bool:
+        """schedd's limits for an opportunistic job its GPUs' coordinators steer: the most
+        they may give it (share 100 and no cap: no bound). False, and nothing done, for
+        any other job, whose limits schedd's controls apply as they stand."""
+        job = self._jobs.get(key)
+        if job is None or job.kind != "opportunistic" or not job.gpus:
+            return False
+        now = self.clock()
+        decisions: list[Decision] = []
+        for uuid in job.gpus:
+            set_bound = partial(self._coordinators[uuid].set_bound, key, share, memory_cap_mib, now)
+            decisions += self._ask(uuid, key, set_bound) or []
+        self._handle(decisions)
+        return True
 
     def set_kind(self, key: str, kind: str) -> bool:
         """The job is now of `kind` (schedd upgraded an opportunistic job): it leaves its

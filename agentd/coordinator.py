@@ -9,6 +9,8 @@ what is left:
   `solo * (1 + slowdown)` every opportunistic share is cut multiplicatively, otherwise
   raised additively (AIMD: cut fast, give back slowly), but not past where the window's
   slowdown, scaled by the shares, says the limit lies.
+- schedd's limits for an opportunistic job (`set_bound`) are the most it is given: AIMD
+  raises its share no higher, and its cap is the smaller of the two.
 - Memory: each opportunistic job is capped at an equal part of
   `total - guaranteed peak - headroom`. A guaranteed peak above what the caps assume
   re-caps at once, in the decisions of that same step; a lower peak raises the caps only
@@ -157,9 +159,12 @@ class _Guaranteed:
 
 @dataclass
 class _Opportunistic:
-    share: int  # what AIMD gives it; applied unless the coordinator pauses it
+    share: int  # what AIMD gives it, never above `most_share`; applied unless paused
     applied_share: int
     applied_cap: int | None
+    # schedd's limits for it (`set_bound`): the most it may be given, whatever the room.
+    most_share: int = FULL_SHARE
+    most_cap: int | None = None
 
 
 class GpuCoordinator:
@@ -226,6 +231,24 @@ class GpuCoordinator:
             self._window.clear()  # the window measured a different set of neighbours
             why = f"opportunistic job {job_key} joined"
         return self._sync([why], now)
+
+    def set_bound(
+        self, job_key: str, share: int, memory_cap_mib: int | None, now: float
+    ) -> list[Decision]:
+        """schedd's limits for an opportunistic job: the most share and memory it may be
+        given, here or alone on the GPU (100 and None: no bound). Unknown jobs are
+        ignored."""
+        o = self._opportunistic.get(job_key)
+        if o is None:
+            return []
+        if not 0 <= share <= FULL_SHARE or (memory_cap_mib is not None and memory_cap_mib < 0):
+            raise CoordinatorError(
+                f"job {job_key}: a bound needs a share of 0-100 and a memory cap of at least"
+                f" 0 MiB, got {share} and {memory_cap_mib}"
+            )
+        o.most_share, o.most_cap = share, memory_cap_mib
+        o.share = min(o.share, share)
+        return self._sync([f"schedd bounds {job_key} at {_limits(share, memory_cap_mib)}"], now)
 
     def job_left(self, job_key: str, now: float) -> list[Decision]:
         """A job ended or moved away. Unknown jobs are ignored, so this is idempotent."""
@@ -329,7 +352,7 @@ class GpuCoordinator:
         measured = f"guaranteed job {g.key} at {ratio:.3f}x its solo step time (limit {limit:g}x)"
         jobs = list(self._opportunistic.values())
         if ratio > limit:
-            cuts = [max(s.min_share, int(o.share * s.decrease)) for o in jobs]
+            cuts = [min(o.most_share, max(s.min_share, int(o.share * s.decrease))) for o in jobs]
             if cuts == [o.share for o in jobs]:
                 # Cutting changes nothing: the solo time itself must have grown.
                 self._relearn()
@@ -341,10 +364,10 @@ class GpuCoordinator:
             self._relearn()
             return f"{measured}: faster than solo, re-learning its solo step time"
         points = min(s.increase, self._room_below_limit(ratio))
-        if points <= 0 or all(o.share >= FULL_SHARE for o in jobs):
+        if points <= 0 or all(o.share >= o.most_share for o in jobs):
             return None
         for o in jobs:
-            o.share = min(FULL_SHARE, o.share + points)
+            o.share = min(o.most_share, o.share + points)
         return measured
 
     def _room_below_limit(self, ratio: float) -> int:
@@ -382,8 +405,10 @@ class GpuCoordinator:
         return each - each % s.cap_step_mib
 
     def _wanted(self, o: _Opportunistic, cap: int | None) -> tuple[int, int | None]:
+        if o.most_cap is not None:
+            cap = o.most_cap if cap is None else min(cap, o.most_cap)
         if self._guaranteed is None:
-            return FULL_SHARE, None
+            return o.most_share, cap
         if self._starved or self.solo_step_s is None:
             return 0, cap
         return o.share, cap
@@ -448,6 +473,10 @@ def _change(o: _Opportunistic, share: int, cap: int | None) -> str:
     if cap != o.applied_cap:
         parts.append(f"memory cap {_mib(o.applied_cap)} -> {_mib(cap)}")
     return ", ".join(parts)
+
+
+def _limits(share: int, cap: int | None) -> str:
+    return f"share {share}, memory cap {_mib(cap)}"
 
 
 def _mib(cap: int | None) -> str:

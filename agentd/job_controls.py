@@ -70,6 +70,9 @@ class JobControls:
         self._stopped: set[str] = set()  # suspended with SIGSTOP, not through a shim
         # Jobs asked to save before a kill: set when the save fails (`save_before_kill`).
         self._save_failed: dict[str, asyncio.Event] = {}
+        # Takes schedd's limits of a job as a bound where the GPUs' coordinators steer it
+        # (`Coordination.bound`); False: they are its setting. None: no coordinator here.
+        self.bound: Callable[[str, int, int | None], bool] | None = None
 
     # ---- from the shims ------------------------------------------------------------
 
@@ -178,8 +181,12 @@ class JobControls:
         if not self._has_socket(key):
             self._refuse(job_id, attempt, "limits", "the job is not running on this node")
             return
-        self.shims.set_limits(key, share=share, memory_cap_mib=memory_cap_mib)
         cap = "no memory cap" if memory_cap_mib is None else f"memory cap {memory_cap_mib} MiB"
+        if self.bound is not None and self.bound(key, share, memory_cap_mib):
+            detail = f"at most share {share}, {cap}: the coordinators of its GPUs give no more"
+            self._event(job_id, attempt, "limits", None, detail)
+            return
+        self.shims.set_limits(key, share=share, memory_cap_mib=memory_cap_mib)
         held = "" if self.shims.connected(key) else " (held until the job's shim connects)"
         self._event(job_id, attempt, "limits", None, f"share {share}, {cap}{held}")
 

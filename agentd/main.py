@@ -116,6 +116,8 @@ async def async_main(config: AgentConfig) -> None:
         coordination(config, inventory, shims, link) if config.coordinator.enabled else None
     )
     link.coordination = coordinated
+    if coordinated is not None:
+        controls.bound = coordinated.bound
     observers = JobObservers(
         controls,
         *([coordinated] if coordinated is not None else []),

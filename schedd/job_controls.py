@@ -294,17 +294,28 @@ async def _may_pack_beside(pool: asyncpg.Pool, row: asyncpg.Record, beside: str)
         )
 
 
-def resends_for(rows: list[asyncpg.Record], reports: list[JobReport]) -> list[Suspend | Resume]:
-    """What a reconnecting agent is told again of its running jobs' suspensions: a
-    suspend for each job suspended (an agent that restarted lost its controls, and the
-    shim of a guaranteed job resumes when its agent goes), a resume for each resumed
-    since it started (one lost on its way). The shims take a repeated one as a no-op."""
+def resends_for(
+    rows: list[asyncpg.Record], reports: list[JobReport]
+) -> list[SetLimits | Suspend | Resume]:
+    """What a reconnecting agent is told again of its running jobs' controls: limits
+    other than none (an agent that restarted lost them, and its coordinators take an
+    opportunistic job's as a bound), a suspend for each job suspended (the shim of a
+    guaranteed job resumes when its agent goes), a resume for each resumed since it
+    started (one lost on its way). The shims take a repeated one as a no-op."""
     running = {(r.job_id, r.attempt) for r in reports if r.status == "running"}
-    out: list[Suspend | Resume] = []
+    out: list[SetLimits | Suspend | Resume] = []
     for row in rows:
         if row["state"] != JobState.RUNNING or (row["id"], row["attempt"]) not in running:
             continue
         controls = controls_of(row)
+        share, cap = controls["share"], controls["memory_cap_mib"]
+        if (share, cap) != (
+            jobs.DEFAULT_CONTROLS["share"],
+            jobs.DEFAULT_CONTROLS["memory_cap_mib"],
+        ):
+            out.append(
+                SetLimits(job_id=row["id"], attempt=row["attempt"], share=share, memory_cap_mib=cap)
+            )
         if controls["suspended"]:
             free = bool(controls.get("free_memory"))
             out.append(Suspend(job_id=row["id"], attempt=row["attempt"], free_memory=free))

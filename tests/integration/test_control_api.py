@@ -28,6 +28,12 @@ async def test_limits_suspend_and_a_checkpointed_exit(schedd: Schedd, pool: asyn
     assert status == 202 and body["controls"]["share"] == 25
     sent = await agent.expect(p.SetLimits)
     assert (sent.job_id, sent.attempt, sent.share, sent.memory_cap_mib) == (job_id, 1, 25, None)
+    # An agent that comes back (one that restarted lost its controls) is told them again.
+    await agent.close()
+    running = p.JobReport(job_id=job_id, attempt=1, status="running")
+    agent = await FakeAgent(schedd.server).connect(running)
+    again = await agent.expect(p.SetLimits)
+    assert (again.job_id, again.share, again.memory_cap_mib) == (job_id, 25, None)
 
     # Refused input changes nothing and sends nothing.
     status, body = await api_call(

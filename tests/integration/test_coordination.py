@@ -23,6 +23,7 @@ import pytest
 from agentd import coordination as coordination_module
 from agentd.coordination import Coordination
 from agentd.coordinator import CoordinatorSettings, GpuCoordinator
+from agentd.job_controls import JobControls
 from agentd.shim_server import ShimServer
 from shared import shim
 from shared import shim_protocol as sp
@@ -477,3 +478,33 @@ async def test_a_guaranteed_job_waiting_on_a_gpu_joins_when_its_holder_ends(node
     node.coordination.job_ended("jg.1")
     (a, b) = node.coordination.states()
     assert (a.guaranteed, b.guaranteed) == ("jg2.1", "jg2.1")
+
+
+async def test_schedds_limits_bound_what_the_coordinators_give_an_opportunistic_job(
+    node: Node,
+) -> None:
+    """Limits from schedd (a user's, or a plan's) are the most an opportunistic job the
+    coordinators steer gets, beside the guaranteed job and once alone; a guaranteed
+    job's limits are its setting, as without a coordinator."""
+    controls = JobControls(node.shims, node.posted.append, lambda job_id, attempt: None, 1.0)
+    controls.bound = node.coordination.bound
+    await node.start("jg.1", "guaranteed", [GPU_A])
+    await node.start("jo.1", "opportunistic", [GPU_A])
+    ot = await node.connect("jo.1")
+    rg = await node.connect("jg.1", shim.GUARANTEED)
+    await node.learn(rg)
+    assert await ot.receive() == sp.Limits(share=SETTINGS.initial_share, memory_cap_mib=FULL_CAP)
+
+    controls.set_limits("jo", 1, 5, 4096)
+    assert await ot.receive() == sp.Limits(share=5, memory_cap_mib=4096)
+    said = [m for m in node.posted if isinstance(m, JobControlled) and m.job_id == "jo"]
+    assert said[-1].detail == (
+        "at most share 5, memory cap 4096 MiB: the coordinators of its GPUs give no more"
+    )
+    node.coordination.job_ended("jg.1")  # alone now: still the bound, not the whole GPU
+    assert await ot.nothing_pending()
+    controls.set_limits("jo", 1, 100, None)  # lifted
+    assert await ot.receive() == sp.Limits(share=100, memory_cap_mib=None)
+
+    controls.set_limits("jg", 1, 50, None)  # no longer coordinated: its setting
+    assert await rg.receive() == sp.Limits(share=50, memory_cap_mib=None)

@@ -115,6 +115,75 @@ def test_an_increase_stops_short_of_the_limit() -> None:
     assert (sim.decisions[-1].previous_share, sim.decisions[-1].share) == (38, 41)
 
 
+# ---- schedd's limits: a bound on what the coordinator gives --------------------------
+
+
+def bound(sim: SimulatedGpu, share: int, cap_mib: int | None) -> list[Decision]:
+    return sim._apply(sim.coordinator.set_bound(OT, share, cap_mib, sim.clock.now))
+
+
+def test_a_bound_caps_the_share_and_the_memory_the_coordinator_gives() -> None:
+    sim = sharing(interference=0.0)  # nothing holds the share back but the bound
+    sim.run(800)
+    assert sim.applied[OT] == (100, cap(8000))
+    lowered = bound(sim, 30, 4096)
+    assert [(d.share, d.memory_cap_mib) for d in lowered] == [(30, 4096)]
+    assert lowered[0].reason.startswith(f"schedd bounds {OT} at share 30, memory cap 4096 MiB")
+    sim.run(300)
+    assert shares(sim, 100) == [30] * 100  # AIMD raises it no further
+    assert sim.applied[OT] == (30, 4096)
+    bound(sim, 100, None)  # lifted: it climbs again from where it is, by AIMD's steps
+    climbed = [d.share for d in sim.run(800)]
+    assert climbed[:2] == [35, 40] and sim.applied[OT] == (100, cap(8000))
+
+
+def test_a_bound_holds_one_job_while_its_neighbour_climbs() -> None:
+    sim = sharing(interference=0.0)
+    sim.join("ot.2", "opportunistic")
+    bound(sim, 30, None)
+    sim.run(1000)
+    assert (sim.applied[OT][0], sim.applied["ot.2"][0]) == (30, 100)
+
+
+def test_a_bound_above_what_the_room_allows_changes_nothing() -> None:
+    sim = sharing(interference=0.12)
+    sim.run(600)
+    assert sim.applied[OT] == (41, cap(8000))
+    assert bound(sim, 60, cap(8000) + 64) == []
+    sim.run(300)
+    assert shares(sim, 100) == [41] * 100
+
+
+def test_a_cut_never_leaves_the_share_above_the_bound() -> None:
+    sim = sharing(interference=0.1, min_share=20, initial_share=20)
+    sim.run(300)
+    bound(sim, 10, None)
+    sim.interference = 1.0  # 10 now costs 10 %: cuts, but not up to the floor of 20
+    sim.run(300)
+    assert max(shares(sim, 200)) <= 10
+
+
+def test_alone_on_its_gpu_a_bounded_job_gets_the_bound_not_the_whole_gpu() -> None:
+    sim = gpu(interference=0.3)  # beside the guaranteed job it settles at 16
+    sim.join(OT, "opportunistic")
+    assert [(d.share, d.memory_cap_mib) for d in bound(sim, 50, 2048)] == [(50, 2048)]
+    sim.join(GUARANTEED, "guaranteed")
+    sim.run(600)
+    assert sim.applied[OT] == (16, 2048)
+    left = sim.leave(GUARANTEED)
+    assert [(d.share, d.memory_cap_mib) for d in left] == [(50, 2048)]
+
+
+def test_a_bound_is_checked_and_a_stranger_ignored() -> None:
+    sim = sharing()
+    with pytest.raises(CoordinatorError, match="a share of 0-100"):
+        sim.coordinator.set_bound(OT, 101, None, 0.0)
+    with pytest.raises(CoordinatorError, match="memory cap of at least 0 MiB"):
+        sim.coordinator.set_bound(OT, 50, -1, 0.0)
+    assert sim.coordinator.set_bound("nobody.1", 50, None, 0.0) == []
+    assert sim.coordinator.set_bound(GUARANTEED, 50, None, 0.0) == []
+
+
 # ---- learning the solo step time -------------------------------------------------------
 
 
