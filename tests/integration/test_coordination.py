@@ -138,6 +138,18 @@ class Node:
         for _ in range(LEARNING_STEPS):
             await guaranteed.step(SOLO_S, peak_mib)
 
+    async def sharing_gpu_a(self) -> tuple[ScriptedShim, ScriptedShim]:
+        """Guaranteed job jg.1 and opportunistic job jo.1 on GPU A, the solo time
+        learned and the opportunistic job let in: (its shim, the guaranteed job's)."""
+        await self.start("jg.1", "guaranteed", [GPU_A])
+        await self.start("jo.1", "opportunistic", [GPU_A])
+        ot = await self.connect("jo.1")
+        rg = await self.connect("jg.1", shim.GUARANTEED)
+        await self.learn(rg)
+        let_in = sp.Limits(share=SETTINGS.initial_share, memory_cap_mib=FULL_CAP)
+        assert await ot.receive() == let_in
+        return ot, rg
+
     def limits_posted(self) -> list[JobControlled]:
         return [m for m in self.posted if isinstance(m, JobControlled) and m.event == "limits"]
 
@@ -278,12 +290,7 @@ async def test_a_job_on_two_gpus_gets_the_stricter_setting(node: Node) -> None:
 
 
 async def test_the_end_of_the_guaranteed_job_lifts_coordination(node: Node) -> None:
-    await node.start("jg.1", "guaranteed", [GPU_A])
-    await node.start("jo.1", "opportunistic", [GPU_A])
-    ot = await node.connect("jo.1")
-    rg = await node.connect("jg.1", shim.GUARANTEED)
-    await node.learn(rg)
-    assert await ot.receive() == sp.Limits(share=SETTINGS.initial_share, memory_cap_mib=FULL_CAP)
+    ot, rg = await node.sharing_gpu_a()
 
     node.coordination.job_ended("jg.1")
     assert await ot.receive() == sp.Limits(share=100, memory_cap_mib=None)
@@ -488,12 +495,7 @@ async def test_schedds_limits_bound_what_the_coordinators_give_an_opportunistic_
     job's limits are its setting, as without a coordinator."""
     controls = JobControls(node.shims, node.posted.append, lambda job_id, attempt: None, 1.0)
     controls.bound = node.coordination.bound
-    await node.start("jg.1", "guaranteed", [GPU_A])
-    await node.start("jo.1", "opportunistic", [GPU_A])
-    ot = await node.connect("jo.1")
-    rg = await node.connect("jg.1", shim.GUARANTEED)
-    await node.learn(rg)
-    assert await ot.receive() == sp.Limits(share=SETTINGS.initial_share, memory_cap_mib=FULL_CAP)
+    ot, rg = await node.sharing_gpu_a()
 
     controls.set_limits("jo", 1, 5, 4096)
     assert await ot.receive() == sp.Limits(share=5, memory_cap_mib=4096)
