@@ -40,6 +40,7 @@ def build_inventory(config: AgentConfig, backend: gpu.GpuBackend) -> Inventory:
         labels=dict(config.labels),
         gpu_backend=backend.name,
         address=config.advertise_address or None,
+        coordinator=config.coordinator.enabled,
     )
 
 

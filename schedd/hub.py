@@ -194,6 +194,7 @@ class Hub:
             node_id=node_id,
             gpus=len(link.hello.inventory.gpus),
             backend=link.hello.inventory.gpu_backend,
+            coordinator=link.hello.inventory.coordinator,
             jobs=len(link.hello.jobs),
         )
         await self._reconcile(link)

@@ -392,6 +392,7 @@ class Scheduler:
                 out=frozenset(
                     g.uuid for g in link.hello.inventory.gpus if g.uuid in out and g.uuid in held
                 ),
+                coordinated=link.hello.inventory.coordinator,
             )
             for link in self.hub.links.values()
             if link.ready

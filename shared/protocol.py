@@ -14,8 +14,8 @@ from typing import Literal
 import msgspec
 
 # Agents must match. 2: SetKind; 3: gangs (Launch.gang, Inventory.address);
-# 4: Kill.checkpoint_s.
-PROTOCOL_VERSION = 4
+# 4: Kill.checkpoint_s; 5: Inventory.coordinator.
+PROTOCOL_VERSION = 5
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
@@ -60,6 +60,9 @@ class Inventory(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Where the node's peers reach it (the agent's `advertise_address`): a gang's other
     # parts find its head there. None: the address schedd sees the agent connect from.
     address: str | None = None
+    # Whether the agent's coordinator throttles an opportunistic job beside a guaranteed
+    # one on a GPU (`[coordinator] enabled`): where not, none is placed on the node.
+    coordinator: bool = True
 
 
 class JobReport(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

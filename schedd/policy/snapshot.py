@@ -63,6 +63,9 @@ class Node:
     # never taken turns on or packed onto; their holder keeps them until it ends. (A
     # faulty GPU nobody holds is simply not among `gpus`.)
     out: frozenset[str] = frozenset()
+    # Whether its agent throttles an opportunistic job beside a guaranteed one (its
+    # coordinator is on): where not, no opportunistic job is placed on it.
+    coordinated: bool = True
 
 
 def usable(node: Node) -> list[Gpu]:

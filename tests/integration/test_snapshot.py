@@ -6,6 +6,7 @@ import asyncio
 import math
 
 import asyncpg
+import msgspec
 import pytest
 
 from schedd.store import jobs
@@ -13,7 +14,7 @@ from shared import protocol as p
 from shared.config import ProfileConfig, QueueConfig
 from shared.model import JobKind, JobSpec, JobState
 from tests.integration.fake_agent import FakeAgent
-from tests.integration.inprocess import start_schedd
+from tests.integration.inprocess import start_schedd, waits_with
 
 HOUR = 3600.0
 
@@ -311,3 +312,24 @@ async def test_time_suspended_is_not_service(pool: asyncpg.Pool) -> None:
         0,
     )
     assert row["controls"] is None
+
+
+async def test_an_opportunistic_job_waits_for_a_node_whose_agent_throttles_it(
+    pool: asyncpg.Pool,
+) -> None:
+    """An agent with its coordinator off says so in its hello: nothing there would
+    throttle an opportunistic job, so none goes there; it starts on a node that does."""
+    job_id = await add_job(pool, gpus=1, kind=JobKind.OPPORTUNISTIC)
+    async with start_schedd(pool, policy="default") as schedd:
+        bare = FakeAgent(schedd.server, node_id="bare")
+        bare.inventory = msgspec.structs.replace(bare.inventory, coordinator=False)
+        await bare.connect(hub=schedd.hub)
+        (node,) = (await schedd.scheduler.snapshot(10)).nodes
+        assert (node.node_id, node.coordinated) == ("bare", False)
+        reason = await waits_with(schedd, job_id, "no_shareable_gpu")
+        assert "1 node without a coordinator to throttle it" in reason
+        steered = await FakeAgent(schedd.server, node_id="steered").connect()
+        launch = await steered.expect(p.Launch)
+        assert (launch.job_id, launch.kind) == (job_id, "opportunistic")
+        await bare.close()
+        await steered.close()

@@ -65,6 +65,23 @@ def test_an_opportunistic_job_goes_to_the_least_used_gpu_below_the_mark(profile:
     assert "below 15%" in plan.waiting["o"].reason
 
 
+@pytest.mark.parametrize("profile", ["default", "fifo"])
+def test_no_opportunistic_job_goes_to_a_node_whose_agent_runs_no_coordinator(
+    profile: str,
+) -> None:
+    """Its idle GPUs are the least used, but nothing would throttle the job there."""
+    bare = dataclasses.replace(node("bare", 1), coordinated=False)
+    steered = node("steered", 1)
+    running = [placed("light", steered, [0], utilization_pct=20)]
+    plan = run(profile, snapshot([bare, steered], [ot("o")], running))
+    assert gpus_of(plan, "o") == ("steered-g0",)
+    plan = run(profile, snapshot([bare], [ot("o")]))
+    assert plan.waiting["o"].code == "no_shareable_gpu"
+    assert "1 node without a coordinator to throttle it" in plan.waiting["o"].reason
+    # A guaranteed job goes there as anywhere.
+    assert launches(run(profile, snapshot([bare], [pending("g")])))["g"].gpu_uuids == ("bare-g0",)
+
+
 def test_the_gpus_own_window_counts_as_well_as_its_holders_use() -> None:
     """A GPU that peaked at 70% over the window is not little used, whatever its job
     is said to use; an idle GPU is the least used of all; a GPU whose job has not run

@@ -5,7 +5,8 @@ any) has run `share_after_s` or is known to use little, and its utilisation stay
 below `share_below_pct`: the higher of what the GPU itself reported (the shell gives
 the highest over its window) and what its guaranteed holder is known to use. A free
 GPU qualifies the same way; GPUs reserved for a blocked gang do too, since the gang
-would throttle the job, not wait for it. The job takes the node whose qualifying GPUs
+would throttle the job, not wait for it. A node whose agent runs no coordinator takes
+none (nothing would throttle it there). The job takes the node whose qualifying GPUs
 are least used in sum, its whole request on that one node: a gang of opportunistic
 jobs across nodes would run at the pace of its most throttled GPU.
 
@@ -80,6 +81,11 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         node_id = node.node_id
         if request.node_id is not None and node_id != request.node_id:
             filtered[f"not node {request.node_id}, where the job is to run"] += 1
+            continue
+        if not node.coordinated:
+            # Beside a guaranteed job it would run unthrottled; and a GPU it held alone
+            # would be free for a guaranteed job, which would then share it so.
+            filtered["without a coordinator to throttle it"] += 1
             continue
         cap = view.capacity[node_id]
         if not enough_cpus(cap.cpus, request.cpus):
