@@ -140,6 +140,7 @@ async def async_main(config: AgentConfig) -> None:
     supervisor.spawn(link.run(), name="link")
     supervisor.spawn(controls.run(), name="job-progress")
     supervisor.spawn(link.sample_gpus(), name="gpu-sampler")
+    supervisor.spawn(runner.prune_every(config.job_dir_retention_s), name="job-dir-pruner")
     interval = systemd.watchdog_interval()
     if interval:
         supervisor.spawn(systemd.async_watchdog(interval), name="watchdog")

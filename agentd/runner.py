@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,6 +334,32 @@ class Runner:
             return
         (job.dir / "acked").touch()
         del self.jobs[job.key]
+
+    def prune(self, retention_s: float, now: float | None = None) -> int:
+        """Delete the directories of jobs whose end schedd acknowledged more than
+        `retention_s` ago (the `acked` file's time); how many went. Blocking: call it
+        from a worker thread."""
+        now = time.time() if now is None else now
+        pruned = 0
+        for job_dir in self.jobs_dir.iterdir():
+            try:
+                acked_at = (job_dir / "acked").stat().st_mtime
+            except OSError:
+                continue  # not acknowledged yet (or not a job's directory)
+            if acked_at + retention_s <= now:
+                shutil.rmtree(job_dir, ignore_errors=True)
+                pruned += not job_dir.exists()
+        return pruned
+
+    async def prune_every(self, retention_s: float, interval_s: float = 3600.0) -> None:
+        """`prune` at start and every `interval_s`; never, with a retention of 0."""
+        if retention_s <= 0:
+            return
+        while True:
+            pruned = await asyncio.to_thread(self.prune, retention_s)
+            if pruned:
+                log.info("job directories pruned", count=pruned, retention_s=retention_s)
+            await asyncio.sleep(interval_s)
 
     # ---- kill --------------------------------------------------------------------
 

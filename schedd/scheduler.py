@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import statistics
 import time
 from collections import Counter
@@ -68,6 +69,7 @@ log = logging.get("scheduler")
 PLAN_IN_THREAD_ABOVE = 2000
 PREDICT_IN_THREAD_ABOVE = 100  # about 2 ms of the forest's time
 USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this often
+RUNS_PRUNE_EVERY_S = 3600.0  # the runs past the usage horizon are deleted this often
 # The distribution of run times the Gittins policies learn: it moves as jobs end.
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
@@ -132,6 +134,7 @@ class Scheduler:
         self._sample_wake_at = 0.0  # monotonic: a GPU sample wakes a packing plan after it
         tasks = hub.supervisor
         self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
+        self._runs_pruned_at = -math.inf  # the first read of usage prunes
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
         self._deadline_waiters: dict[str, asyncio.Future[None]] = {}
@@ -502,6 +505,11 @@ class Scheduler:
         return await self._usage.get()
 
     async def _read_usage(self) -> Usage:
+        if time.monotonic() >= self._runs_pruned_at + RUNS_PRUNE_EVERY_S:
+            self._runs_pruned_at = time.monotonic()
+            pruned = await jobs.prune_runs(self.pool, self.half_life_s)
+            if pruned:
+                log.info("job runs pruned", runs=pruned, half_lives=jobs.USAGE_HORIZON_HALF_LIVES)
         queues: dict[str, float] = {}
         users: dict[tuple[str, str], float] = {}
         for r in await jobs.decayed_usage(self.pool, self.half_life_s):

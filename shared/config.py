@@ -169,6 +169,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stage_cache_dir: str = ""
     stage_cache_max_mib: Annotated[int, Meta(ge=1)] = 102400
     stage_http_timeout_s: Seconds = 3600.0
+    # An ended job's directory (its output log, what `schedctl logs` reads) is deleted
+    # this long after schedd acknowledged its end; 0 keeps every one.
+    job_dir_retention_s: Annotated[float, Meta(ge=0)] = 7 * 86400.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def resolved_shim_socket_dir(self) -> Path:

@@ -235,8 +235,12 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
     )
 
 
+# Runs that ended this many half-lives ago weigh under 1/32 of their size: no longer read.
+USAGE_HORIZON_HALF_LIVES = 5.0
+
+
 async def decayed_usage(
-    pool: asyncpg.Pool, half_life_s: float, horizon_half_lives: float = 5.0
+    pool: asyncpg.Pool, half_life_s: float, horizon_half_lives: float = USAGE_HORIZON_HALF_LIVES
 ) -> list[asyncpg.Record]:
     """Decayed GPU-seconds per (queue, user): every run of every job, the running ones too.
 
@@ -281,6 +285,18 @@ async def decayed_usage(
         horizon_half_lives,
         [s.value for s in HOLDS_RESOURCES],
     )
+
+
+async def prune_runs(
+    pool: asyncpg.Pool, half_life_s: float, horizon_half_lives: float = USAGE_HORIZON_HALF_LIVES
+) -> int:
+    """Delete the `job_runs` rows `decayed_usage` no longer reads; how many went."""
+    status = await pool.execute(
+        "DELETE FROM job_runs WHERE ended_at <= now() - make_interval(secs => $1::float8 * $2)",
+        half_life_s,
+        horizon_half_lives,
+    )
+    return int(status.split()[-1])
 
 
 async def service_taken(pool: asyncpg.Pool, last: int = 10_000) -> list[asyncpg.Record]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,30 @@ async def test_logs_are_served_whole_across_chunks_and_characters(tmp_path: Path
 
     await logs.serve(runner, LogRequest(request_id="r", job_id="j", attempt=2), record)
     assert missing[0].eof and "no log" in (missing[0].error or "")
+
+
+async def test_the_directories_of_acknowledged_jobs_go_after_the_retention(tmp_path: Path) -> None:
+    """A job's directory holds its log until schedd has its end and the retention has
+    passed; a job not acknowledged yet keeps it whatever its age."""
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    for job_id in ("old", "recent", "unacked"):
+        await runner.start(launch(job_id, "print('hi')"))
+    async with asyncio.timeout(10):
+        while sum(isinstance(m, JobExited) for m in out.messages) < 3:
+            out.arrived.clear()
+            await out.arrived.wait()
+    runner.ack("old", 1)
+    runner.ack("recent", 1)
+    day = 86400.0
+    acked = runner.job_dir("old", 1) / "acked"
+    os.utime(acked, (acked.stat().st_mtime - 8 * day,) * 2)
+    assert runner.prune(7 * day) == 1
+    assert not runner.job_dir("old", 1).exists()
+    assert (runner.job_dir("recent", 1) / "output.log").read_text() == "hi\n"
+    assert runner.job_dir("unacked", 1).exists()
+    assert runner.prune(7 * day, now=time.time() + 30 * day) == 1  # "recent", in a month
+    assert [p.name for p in runner.jobs_dir.iterdir()] == ["unacked.1"]
+    # Kept forever: the task returns at once and nothing goes.
+    await asyncio.wait_for(runner.prune_every(0), 1)
+    assert runner.job_dir("unacked", 1).exists()

@@ -78,6 +78,9 @@ async def test_decayed_usage_counts_every_run_in_the_horizon(pool: asyncpg.Pool)
     assert usage.queues["org"] == pytest.approx(team_bob + carol, rel=2e-3)
     assert usage.queues["org/team"] == pytest.approx(team_bob, rel=2e-3)
     assert set(usage.queues) == {"org", "org/team", "other"}
+    # The run past the horizon is not only left out: reading the usage deleted it.
+    left = await pool.fetch("SELECT user_name, queue FROM job_runs ORDER BY ended_at")
+    assert [tuple(r) for r in left] == [("bob", "other"), ("bob", "org/team"), ("bob", "org/team")]
 
 
 async def test_a_run_that_ends_is_recorded_with_its_gpu_time(pool: asyncpg.Pool) -> None:
