@@ -191,17 +191,20 @@ MARK = 1800.0  # the antman profile's opportunistic_after_s
 
 
 def test_a_job_waiting_past_the_mark_turns_opportunistic_unless_it_opts_out() -> None:
+    """Nor does a job with a deadline: slowed beside a guaranteed job, it could miss it."""
     n = node("n", 1)
     running = [placed("g", n, [0], started_at=0.0, utilization_pct=30)]
     waiting = [
         pending("old", at=0.0),
         pending("young", at=MARK),
         dataclasses.replace(pending("stays", at=0.0), stay_guaranteed=True),
+        dataclasses.replace(pending("due", at=0.0), deadline=10 * MARK),
+        dataclasses.replace(pending("due later", at=MARK / 2), deadline=10 * MARK),
     ]
     plan = run("antman", snapshot([n], waiting, running), now=MARK + 60)
     assert kinds(plan) == {"old": OPPORTUNISTIC}
     assert "waited 31 min" in next(a for a in plan.actions if isinstance(a, SetKind)).reason
-    assert plan.recheck_at == 2 * MARK  # when "young" reaches the mark
+    assert plan.recheck_at == 2 * MARK  # when "young" reaches the mark, not "due later"
     # Once opportunistic, the next plan shares the little-used GPU with it.
     converted = [dataclasses.replace(waiting[0], kind=OPPORTUNISTIC), *waiting[1:]]
     plan = run("antman", snapshot([n], converted, running), now=MARK + 60)

@@ -5,8 +5,9 @@ After the cycle's decisions:
 - a guaranteed job still waiting `opportunistic_after_s` after its submission (not
   after its last requeue: a preempted job that waited long before converts at once),
   for room or for its queue's max or user limit (an opportunistic job counts against
-  neither), becomes opportunistic unless its spec says `stay_guaranteed` or it needs
-  more GPUs than a node has; the next plan places it on little-used GPUs
+  neither), becomes opportunistic unless its spec says `stay_guaranteed`, it has a
+  deadline (slowed beside a guaranteed job, it could miss it), or it needs more GPUs
+  than a node has; the next plan places it on little-used GPUs
   (`place.share`), free ones among them;
 - a running opportunistic job is upgraded to guaranteed when none of its GPUs has a
   guaranteed holder at the end of the cycle (the plan put every guaranteed job it
@@ -26,7 +27,7 @@ from __future__ import annotations
 from schedd.policy.actions import Action, Plan, SetKind
 from schedd.policy.queues import lineage
 from schedd.policy.resources import NOTHING, Resources
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PendingJob, PlacedJob
 from schedd.policy.view import View
 
 # Waits that sharing does not shorten: a job no node could ever run, none connected, or
@@ -40,7 +41,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     actions: list[Action] = []
     for job in view.snapshot.pending:
         wait = plan.waiting.get(job.job_id)
-        if job.kind == OPPORTUNISTIC or job.stay_guaranteed or wait is None:
+        if job.kind == OPPORTUNISTIC or not _may_turn(job) or wait is None:
             continue
         if job.request.gpus > largest:
             continue  # an opportunistic job runs on one node
@@ -98,14 +99,18 @@ def _room_for(job: PlacedJob, view: View, added: dict[str | tuple[str, str], Res
     return True
 
 
+def _may_turn(job: PendingJob) -> bool:
+    """Whether waiting long may make the job opportunistic: not if its user said it
+    stays guaranteed, nor if it has a deadline to meet."""
+    return not job.stay_guaranteed and job.deadline is None
+
+
 def recheck_at(view: View) -> float | None:
     """When the next guaranteed job waiting reaches the mark."""
     after = view.settings.opportunistic_after_s
     times = [
         job.submitted_at + after
         for job in view.snapshot.pending
-        if job.kind != OPPORTUNISTIC
-        and not job.stay_guaranteed
-        and job.submitted_at + after > view.now
+        if job.kind != OPPORTUNISTIC and _may_turn(job) and job.submitted_at + after > view.now
     ]
     return min(times, default=None)
