@@ -10,9 +10,13 @@ Markdown row per (profile, seed): deadlines missed, average and best-effort JCT.
 `--overheads lose` adds the page's preemption overheads (60 s idle, then the work since
 the last half-hourly checkpoint lost); `--overheads save`, 60 s idle and nothing lost (a
 job that saves a checkpoint when it is preempted, as a live job with the shim does).
+`--gpu-util 10-100` adds the simulator's assumed sharing model (sim/sharing.py), as
+`bench/seed_policies.py` does, and a profile may be one of its variants
+(`default+opportunistic`).
 
     .venv/bin/python bench/tie_breaks.py [--trace-dir DIR] [--jobs 2]
         [--profiles default,default-deadlines] [--seeds 0,1,2,3] [--overheads none|save|lose]
+        [--gpu-util 10-100]
 
 Figures only: nothing here asserts.
 """
@@ -30,12 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _traces import add_trace_dir
 from _version import code_version
+from seed_policies import profile as named_profile
 
-from schedd import policy
 from schedd.sim.engine import SimOptions, Simulation
 from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
 from schedd.sim.shape import parse_shape
+from schedd.sim.sharing import SharingModel, parse_util_range
 from schedd.sim.traces import Trace, read_trace
 
 CLUSTER = "120x8"
@@ -60,12 +65,15 @@ OVERHEADS = {
 }
 
 
-def replay(trace_dir: str, profile: str, seed: int, overheads: str) -> str:
+def replay(trace_dir: str, profile: str, seed: int, overheads: str, gpu_util: str | None) -> str:
     chronus = Path(trace_dir) / "chronus"
     trace = renamed(read_trace(chronus / "philly_MIX2.csv", "chronus"), seed)
     options = OVERHEADS[overheads]
+    if gpu_util is not None:
+        sharing = SharingModel(*parse_util_range(gpu_util))
+        options = dataclasses.replace(options or SimOptions(), sharing=sharing)
     locality = LocalityModel(load_table(chronus / "model_info.json"))
-    sim = Simulation(trace, parse_shape(CLUSTER), policy.profile(profile), options, locality)
+    sim = Simulation(trace, parse_shape(CLUSTER), named_profile(profile), options, locality)
     result = sim.run()
     s = summarize(result)
     assert s.deadline_miss_rate is not None
@@ -88,16 +96,21 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--overheads", choices=sorted(OVERHEADS), default="none")
     parser.add_argument("--jobs", type=int, default=2, help="replays at once")
+    parser.add_argument("--gpu-util", help="the assumed sharing model, e.g. 10-100 (percent)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     runs = [(p, s) for p in args.profiles.split(",") for s in seeds]
-    print(f"MIX2 on {CLUSTER}, jobs renamed by seed; {code_version()}")
+    util = f"GPU utilisation {args.gpu_util}% (assumed)" if args.gpu_util else "no sharing model"
+    print(f"MIX2 on {CLUSTER}, jobs renamed by seed, {util}; {code_version()}")
     heads = ["profile", "overheads", "seed", "deadlines missed", "avg JCT (min)"]
     heads += ["best-effort JCT (min)", "replay s"]
     print("| " + " | ".join(heads) + " |")
     print("|" + " --- |" * len(heads))
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = [pool.submit(replay, args.trace_dir, p, s, args.overheads) for p, s in runs]
+        rows = [
+            pool.submit(replay, args.trace_dir, p, s, args.overheads, args.gpu_util)
+            for p, s in runs
+        ]
         for row in rows:
             print(row.result(), flush=True)
 
