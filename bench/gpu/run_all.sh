@@ -1,7 +1,8 @@
 #!/bin/sh
 # Every GPU figure of docs/gpu.md in one go, on an otherwise idle GPU: the agent's NVML
-# backend, the memory cap, and the coordinated pair once per coordinator cut factor
-# (--decrease). About 3 minutes plus 2.5 per factor with the defaults below.
+# backend, the memory cap, a time-slicing switch, and the coordinated pair once per
+# coordinator cut factor (--decrease). About 4 minutes plus 2.5 per factor with the
+# defaults below.
 #
 #   bench/gpu/run_all.sh [OUT_DIR]        # default OUT_DIR: gpu-results
 #
@@ -34,6 +35,7 @@ run() {
 
 run nvml_backend nvml_backend.py
 run memory_cap memory_cap.py --capped-seconds 25
+run suspend_resume suspend_resume.py
 first=yes
 for d in $decreases; do
     # The shim's overhead is measured once, in the first run.
