@@ -10,9 +10,9 @@ Markdown row per (profile, seed): deadlines missed, average and best-effort JCT.
 `--overheads lose` adds the page's preemption overheads (60 s idle, then the work since
 the last half-hourly checkpoint lost); `--overheads save`, 60 s idle and nothing lost (a
 job that saves a checkpoint when it is preempted, as a live job with the shim does).
-`--gpu-util 10-100` adds the simulator's assumed sharing model (sim/sharing.py), as
-`bench/seed_policies.py` does, and a profile may be one of its variants
-(`default+opportunistic`).
+`--gpu-util LOW-HIGH` sets the range of the simulator's assumed utilisation
+(sim/sharing.py; the engine's default, 10-100, otherwise), as `bench/seed_policies.py`
+does, and a profile may be one of its variants (`default+opportunistic`).
 
     .venv/bin/python bench/tie_breaks.py [--trace-dir DIR] [--jobs 2]
         [--profiles default,default-deadlines] [--seeds 0,1,2,3] [--overheads none|save|lose]
@@ -96,11 +96,11 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--overheads", choices=sorted(OVERHEADS), default="none")
     parser.add_argument("--jobs", type=int, default=2, help="replays at once")
-    parser.add_argument("--gpu-util", help="the assumed sharing model, e.g. 10-100 (percent)")
+    parser.add_argument("--gpu-util", help="the assumed utilisation range, LOW-HIGH percent")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     runs = [(p, s) for p in args.profiles.split(",") for s in seeds]
-    util = f"GPU utilisation {args.gpu_util}% (assumed)" if args.gpu_util else "no sharing model"
+    util = f"GPU utilisation {args.gpu_util or '10-100'}% (assumed)"
     print(f"MIX2 on {CLUSTER}, jobs renamed by seed, {util}; {code_version()}")
     heads = ["profile", "overheads", "seed", "deadlines missed", "avg JCT (min)"]
     heads += ["best-effort JCT (min)", "replay s"]
