@@ -304,15 +304,13 @@ def resends_for(
     started (one lost on its way). The shims take a repeated one as a no-op."""
     running = {(r.job_id, r.attempt) for r in reports if r.status == "running"}
     out: list[SetLimits | Suspend | Resume] = []
+    no_limits = (jobs.DEFAULT_CONTROLS["share"], jobs.DEFAULT_CONTROLS["memory_cap_mib"])
     for row in rows:
         if row["state"] != JobState.RUNNING or (row["id"], row["attempt"]) not in running:
             continue
         controls = controls_of(row)
         share, cap = controls["share"], controls["memory_cap_mib"]
-        if (share, cap) != (
-            jobs.DEFAULT_CONTROLS["share"],
-            jobs.DEFAULT_CONTROLS["memory_cap_mib"],
-        ):
+        if (share, cap) != no_limits:
             out.append(
                 SetLimits(job_id=row["id"], attempt=row["attempt"], share=share, memory_cap_mib=cap)
             )

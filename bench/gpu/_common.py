@@ -663,6 +663,16 @@ def conditions(gpu: Gpu, torch_info: dict[str, Any], python: str) -> dict[str, A
     }
 
 
+def describe(conditions: dict[str, Any]) -> str:
+    """One line of what was measured on: GPU, driver, PyTorch, date, code."""
+    c, gpu = conditions, conditions["gpu"]
+    return (
+        f"GPU {gpu['name']} ({gpu['memory_mib']} MiB), driver {gpu['driver']} "
+        f"(CUDA {gpu['cuda_driver']}), PyTorch {c['torch']} (CUDA {c['torch_cuda']}), "
+        f"{c['date']}, code {c['code']}"
+    )
+
+
 def write_json(path: Path | None, data: dict[str, Any]) -> None:
     text = json.dumps(data, indent=2, default=str)
     print(text)

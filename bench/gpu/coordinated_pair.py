@@ -56,6 +56,7 @@ from _common import (
     JobFailed,
     Unavailable,
     conditions,
+    describe,
     fmt,
     measure,
     outside_allocator,
@@ -500,12 +501,7 @@ def show(result: dict[str, Any], args: argparse.Namespace) -> None:
     c, f = result["conditions"], result["figures"]
     steady, whole, solo = f["together"]["steady"], f["together"]["whole"], f["solo"]
     mem, ov, t = f["memory"], f["overhead"], f["targets"]
-    gpu = c["gpu"]
-    print(
-        f"GPU {gpu['name']} ({gpu['memory_mib']} MiB), driver {gpu['driver']} "
-        f"(CUDA {gpu['cuda_driver']}), PyTorch {c['torch']} (CUDA {c['torch_cuda']}), "
-        f"{c['date']}, code {c['code']}"
-    )
+    print(describe(c))
     print(f"guaranteed job:    {args.guaranteed_args}")
     print(f"opportunistic job: {args.opportunistic_args}")
     print(

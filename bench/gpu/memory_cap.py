@@ -46,6 +46,7 @@ from _common import (
     Job,
     JobFailed,
     conditions,
+    describe,
     fmt,
     measure,
     outside_allocator,
@@ -224,12 +225,7 @@ def _rate(steps: list[Any]) -> float | None:
 
 
 def show(result: dict[str, Any], args: argparse.Namespace) -> None:
-    c, gpu = result["conditions"], result["conditions"]["gpu"]
-    print(
-        f"GPU {gpu['name']} ({gpu['memory_mib']} MiB), driver {gpu['driver']} "
-        f"(CUDA {gpu['cuda_driver']}), PyTorch {c['torch']} (CUDA {c['torch_cuda']}), "
-        f"{c['date']}, code {c['code']}"
-    )
+    print(describe(result["conditions"]))
     print(f"job: {args.job_args}\n")
     cases = result["cases"]
     rows: list[list[str]] = []

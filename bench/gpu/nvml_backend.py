@@ -40,6 +40,7 @@ from _common import (
     Harness,
     JobFailed,
     conditions,
+    describe,
     fmt,
     measure,
     prepare,
@@ -226,10 +227,7 @@ def _new(sample: Any, known: set[int]) -> int | None:
 
 def show(result: dict[str, Any]) -> None:
     c, r = result["conditions"], result["figures"]
-    print(
-        f"GPU {c['gpu']['name']} ({c['gpu']['memory_mib']} MiB), driver {c['gpu']['driver']} "
-        f"(CUDA {c['gpu']['cuda_driver']}), PyTorch {c['torch']}, {c['date']}, code {c['code']}"
-    )
+    print(describe(c))
     print(
         table(
             ["index", "uuid", "model", "MiB"], [list(map(str, g.values())) for g in r["inventory"]]

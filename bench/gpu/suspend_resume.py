@@ -41,6 +41,7 @@ from _common import (
     Harness,
     Job,
     conditions,
+    describe,
     fmt,
     measure,
     prepare,
@@ -196,12 +197,8 @@ def _mib(value: float | None) -> str:
 
 
 def show(result: dict[str, Any], args: argparse.Namespace) -> None:
-    c, gpu, f = result["conditions"], result["conditions"]["gpu"], result["figures"]
-    print(
-        f"GPU {gpu['name']} ({gpu['memory_mib']} MiB), driver {gpu['driver']} "
-        f"(CUDA {gpu['cuda_driver']}), PyTorch {c['torch']} (CUDA {c['torch_cuda']}), "
-        f"{c['date']}, code {c['code']}"
-    )
+    f = result["figures"]
+    print(describe(result["conditions"]))
     print(f"job: {args.job_args}; its median step {fmt(f['median_step_ms'])} ms\n")
     heads = [
         "cycle",
