@@ -5,7 +5,11 @@ the job (and root) can connect. A connection becomes the job's once it sends a v
 `hello`; each process of the job (a rank per GPU, say) has its own, and a process that
 connects again replaces its older one. Controls are kept per job, sent to all of its
 processes, and sent again on every connect, then `ready`: so a control set before the
-job is up holds from its first step, and only the latest of each kind arrives. Anything
+job is up holds from its first step, and only the latest of each kind arrives. One
+process speaks for the job (its reporter, the first connected; the next when it goes):
+only its steps and its acks of controls (`cap_applied`, `suspended`, `resumed`) are
+the job's, so that a job of N ranks in step counts each step once, not N times.
+Hellos and checkpoint outcomes count from every process. Anything
 malformed (not JSON, a wrong type, an unknown message, a line over MAX_LINE_BYTES)
 closes that one connection with a warning; every other connection and job carries on.
 """
@@ -49,8 +53,9 @@ HELLO_TIMEOUT_S = 10.0  # a connection that says nothing is closed after this
 MAX_CONNECTIONS_PER_JOB = 16  # one per process of the job (a rank per GPU), and spares
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
-# Called with (job key, message) for every message a shim sends after its hello, and for
-# the hello itself. It runs in the event loop and must not block.
+# Called with (job key, message) for the hello of each of a job's processes, for its
+# reporter's messages, and for a checkpoint's outcome from any of them. It runs in the
+# event loop and must not block.
 ShimEventSink = Callable[[str, FromShim], None]
 
 
@@ -67,6 +72,7 @@ class _Job:
     pause: Suspend | Resume | None = None
     checkpoint: bool = False  # until the shim says it saved or failed
     shims: dict[int, asyncio.StreamWriter] = field(default_factory=dict)  # by pid, after hello
+    reporter: int | None = None  # the pid that speaks for the job
     hello: Hello | None = None  # the latest
     report: Step | None = None
     connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = field(default_factory=dict)
@@ -188,6 +194,11 @@ class ShimServer:
         job = self._jobs.get(key)
         return None if job is None else job.hello
 
+    def reporter(self, key: str) -> int | None:
+        """The pid of the process that speaks for the job; None while none is connected."""
+        job = self._jobs.get(key)
+        return None if job is None else job.reporter
+
     def is_open(self, key: str) -> bool:
         """Whether the job has a socket here (its shim may not have connected yet)."""
         return key in self._jobs
@@ -228,7 +239,7 @@ class ShimServer:
             while (msg := await _read(reader)) is not None:
                 if isinstance(msg, Hello):
                     raise BadMessage("a second hello")
-                self._received(job, msg)
+                self._received(job, msg, pid)
         except BadMessage as exc:
             log.warning("bad shim message, closing", job_id=job.key, reason=str(exc)[:300])
         except TimeoutError:
@@ -239,6 +250,8 @@ class ShimServer:
             job.connections.pop(writer, None)
             if pid is not None and job.shims.get(pid) is writer:
                 del job.shims[pid]
+                if job.reporter == pid:  # the next connected process speaks for the job
+                    job.reporter = next(iter(job.shims), None)
                 log.info("shim disconnected", job_id=job.key, pid=pid)
             writer.close()
 
@@ -247,6 +260,8 @@ class ShimServer:
         if older is not None:
             older.close()  # the process reconnected; its older connection is dead to it
         job.shims[hello.pid], job.hello = writer, hello
+        if job.reporter not in job.shims:
+            job.reporter = hello.pid
         log.info(
             "shim connected",
             job_id=job.key,
@@ -261,12 +276,14 @@ class ShimServer:
             if msg is not None:
                 writer.write(encode(msg))
 
-    def _received(self, job: _Job, msg: FromShim) -> None:
-        if isinstance(msg, Step):
-            job.report = msg
-        elif isinstance(msg, Checkpointed | CheckpointFailed):
+    def _received(self, job: _Job, msg: FromShim, pid: int) -> None:
+        if isinstance(msg, Checkpointed | CheckpointFailed):
             job.checkpoint = False
             log.info("shim checkpoint", job_id=job.key, step=msg.step, outcome=type(msg).__name__)
+        elif pid != job.reporter:
+            return  # another rank's step or ack: the reporter's stand for the job
+        elif isinstance(msg, Step):
+            job.report = msg
         self._emit(job, msg)
 
     def _emit(self, job: _Job, msg: FromShim) -> None:

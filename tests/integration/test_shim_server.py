@@ -197,3 +197,41 @@ async def test_each_process_of_a_job_gets_the_controls(server: ShimServer) -> No
     assert await rank1.receive() == sp.Suspend()
     assert server.connected("j-1.1")
     rank1.close()
+
+
+async def test_one_process_speaks_for_the_job(server: ShimServer) -> None:
+    """A job of two ranks in step reports each step once: the first process connected
+    speaks for it, and the next once it goes. A checkpoint's outcome counts from any."""
+    seen: list[tuple[str, int]] = []
+
+    class Recording(Arrivals):
+        def __call__(self, key: str, msg: sp.FromShim) -> None:
+            if isinstance(msg, sp.Step | sp.Suspended | sp.CheckpointFailed):
+                seen.append((type(msg).__name__, msg.step))
+            super().__call__(key, msg)
+
+    server.on_event = arrivals = Recording()
+    path = await server.open_job("j-1.1")
+    rank0 = await Client.connect(path, pid=1000)
+    rank1 = await Client.connect(path, pid=1001)
+    assert server.reporter("j-1.1") == 1000
+    await rank1.send(step_line(1))
+    await rank1.send(shim.encode(shim.suspended_msg(1, None)))
+    await rank0.send(step_line(1))
+    await report_reaches(server, "j-1.1", 1)
+    await rank1.send(step_line(2))
+    await rank1.send(shim.encode(shim.checkpoint_failed_msg(2, "disk full")))
+    async with asyncio.timeout(5):
+        while ("CheckpointFailed", 2) not in seen:
+            arrivals.arrived.clear()
+            await arrivals.arrived.wait()
+    assert seen == [("Step", 1), ("CheckpointFailed", 2)]
+    assert server.report("j-1.1") == sp.decode_from_shim(step_line(1))
+    rank0.close()  # rank 1 speaks for the job now
+    async with asyncio.timeout(5):
+        while server.reporter("j-1.1") != 1001:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    await rank1.send(step_line(3))
+    await report_reaches(server, "j-1.1", 3)
+    assert seen[-1] == ("Step", 3)
+    rank1.close()
