@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import statistics
 import time
 from collections import Counter
@@ -134,7 +133,6 @@ class Scheduler:
         self._sample_wake_at = 0.0  # monotonic: a GPU sample wakes a packing plan after it
         tasks = hub.supervisor
         self._usage = CachedRead("decayed usage", self._read_usage, USAGE_CACHE_S, tasks)
-        self._runs_pruned_at = -math.inf  # the first read of usage prunes
         self._service = CachedRead("service history", self._read_service, SERVICE_CACHE_S, tasks)
         self._estimates: dict[tuple[str, str], tuple[float, float | None]] = {}
         self._deadline_waiters: dict[str, asyncio.Future[None]] = {}
@@ -223,7 +221,22 @@ class Scheduler:
                 log.warning("training the resource estimator failed", error=str(exc))
             await asyncio.sleep(self.estimator_retrain_s)
 
+    async def _prune_runs(self) -> None:
+        """Delete the runs past the usage horizon, at start and every RUNS_PRUNE_EVERY_S,
+        beside the cycles (a first prune of a large table must not hold one up)."""
+        while True:
+            try:
+                pruned = await jobs.prune_runs(self.pool, self.half_life_s)
+            except (asyncpg.PostgresError, OSError) as exc:
+                log.warning("pruning job runs failed", error=str(exc))
+            else:
+                if pruned:
+                    horizon = jobs.USAGE_HORIZON_HALF_LIVES
+                    log.info("job runs pruned", runs=pruned, half_lives=horizon)
+            await asyncio.sleep(RUNS_PRUNE_EVERY_S)
+
     async def run(self) -> None:
+        self.hub.supervisor.spawn(self._prune_runs(), name="job runs pruner")
         if self.estimator_retrain_s > 0:
             self.hub.supervisor.spawn(self._retrain(), name="resource estimator")
         while True:
@@ -505,11 +518,6 @@ class Scheduler:
         return await self._usage.get()
 
     async def _read_usage(self) -> Usage:
-        if time.monotonic() >= self._runs_pruned_at + RUNS_PRUNE_EVERY_S:
-            self._runs_pruned_at = time.monotonic()
-            pruned = await jobs.prune_runs(self.pool, self.half_life_s)
-            if pruned:
-                log.info("job runs pruned", runs=pruned, half_lives=jobs.USAGE_HORIZON_HALF_LIVES)
         queues: dict[str, float] = {}
         users: dict[tuple[str, str], float] = {}
         for r in await jobs.decayed_usage(self.pool, self.half_life_s):
