@@ -18,6 +18,8 @@ def node_row(node: dict[str, Any]) -> tuple[str, ...]:
         state = f"drained by {node['drained_by']}: {node['drain_reason']}"
     else:
         state = "in placement" if node["connected"] else "away"
+        if node.get("coordinator") is False:
+            state += "; no coordinator"
     return (
         node["node_id"],
         "yes" if node["connected"] else "no",

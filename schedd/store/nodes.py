@@ -14,16 +14,18 @@ async def register(pool: asyncpg.Pool, node_id: str, inv: Inventory) -> None:
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
             """
-            INSERT INTO nodes (node_id, labels, cpus, memory_mib, gpu_backend, connected)
-            VALUES ($1, $2, $3, $4, $5, true)
+            INSERT INTO nodes (node_id, labels, cpus, memory_mib, gpu_backend, coordinator,
+                               connected)
+            VALUES ($1, $2, $3, $4, $5, $6, true)
             ON CONFLICT (node_id) DO UPDATE SET labels = $2, cpus = $3, memory_mib = $4,
-                gpu_backend = $5, connected = true, last_seen = now()
+                gpu_backend = $5, coordinator = $6, connected = true, last_seen = now()
             """,
             node_id,
             inv.labels,
             inv.cpus,
             inv.memory_mib,
             inv.gpu_backend,
+            inv.coordinator,
         )
         # A GPU gone from the inventory (it fell off the bus, say) keeps its row while it
         # has a fault: the fault stands until an admin clears it.
@@ -223,8 +225,8 @@ async def has_gpu(pool: asyncpg.Pool, node_id: str, uuid: str) -> bool:
 
 async def list_nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     nodes = await pool.fetch(
-        "SELECT node_id, labels, cpus, memory_mib, gpu_backend, connected, first_seen, last_seen,"
-        " drain_reason, drained_by, drained_at FROM nodes ORDER BY node_id"
+        "SELECT node_id, labels, cpus, memory_mib, gpu_backend, coordinator, connected,"
+        " first_seen, last_seen, drain_reason, drained_by, drained_at FROM nodes ORDER BY node_id"
     )
     gpus = await pool.fetch(
         "SELECT g.uuid, g.node_id, g.index, g.model, g.memory_mib, g.utilization_pct,"

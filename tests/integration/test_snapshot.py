@@ -9,12 +9,12 @@ import asyncpg
 import msgspec
 import pytest
 
-from schedd.store import jobs
+from schedd.store import jobs, tokens
 from shared import protocol as p
 from shared.config import ProfileConfig, QueueConfig
 from shared.model import JobKind, JobSpec, JobState
 from tests.integration.fake_agent import FakeAgent
-from tests.integration.inprocess import start_schedd, waits_with
+from tests.integration.inprocess import api_get, start_schedd, waits_with
 
 HOUR = 3600.0
 
@@ -337,5 +337,8 @@ async def test_an_opportunistic_job_waits_for_a_node_whose_agent_throttles_it(
         steered = await FakeAgent(schedd.server, node_id="steered").connect()
         launch = await steered.expect(p.Launch)
         assert (launch.job_id, launch.kind) == (job_id, "opportunistic")
+        token = await tokens.create(pool, "root", "admin")
+        listed = (await api_get(schedd, token, "/v1/nodes"))["nodes"]
+        assert {n["node_id"]: n["coordinator"] for n in listed} == {"bare": False, "steered": True}
         await bare.close()
         await steered.close()

@@ -21,6 +21,7 @@ def test_a_line_per_node_with_free_gpus_jobs_faults_and_drains() -> None:
             # A job on two GPUs counts once; a faulty GPU is not free.
             node("gpu-01", True, [gpu("j-1"), gpu("j-1"), gpu(fault="XID 79"), gpu()]),
             node("gpu-02", False, [gpu(), gpu()]),
+            node("gpu-04", True, [gpu()], coordinator=False),
             node(
                 "gpu-03",
                 True,
@@ -35,6 +36,7 @@ def test_a_line_per_node_with_free_gpus_jobs_faults_and_drains() -> None:
         "NODE    CONNECTED  GPUS  FREE  JOBS  FAULTY  STATE",
         "gpu-01  yes        4     1     1     1       in placement",
         "gpu-02  no         2     -     0     -       away",
+        "gpu-04  yes        1     1     0     -       in placement; no coordinator",
         "gpu-03  yes        2     -     1     -       drained by root: swap a disk",
     ]
 
