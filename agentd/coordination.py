@@ -44,6 +44,7 @@ from agentd.coordinator import (
     Decision,
     GpuCoordinator,
     JobKind,
+    limits_words,
 )
 from agentd.shim_server import ShimServer
 from shared import logging
@@ -363,7 +364,7 @@ class Coordination:
         job_id, attempt = _job_of(key)
         detail = (
             "coordinator: the job's shim connected applying "
-            f"{_setting(hello.share, hello.memory_cap_mib)}; set to {_setting(*wanted)}, "
+            f"{limits_words(hello.share, hello.memory_cap_mib)}; set to {limits_words(*wanted)}, "
             "as the coordinators of its GPUs have it"
         )
         log.info("coordinator setting resent", job_id=job_id, attempt=attempt, detail=detail)
@@ -378,7 +379,3 @@ class Coordination:
 def _job_of(key: str) -> tuple[str, int]:
     job_id, _, attempt = key.rpartition(".")
     return (job_id, int(attempt)) if job_id and attempt.isdigit() else (key, 0)
-
-
-def _setting(share: int, cap: int | None) -> str:
-    return f"share {share}, " + ("no memory cap" if cap is None else f"memory cap {cap} MiB")

@@ -248,7 +248,9 @@ class GpuCoordinator:
             )
         o.most_share, o.most_cap = share, memory_cap_mib
         o.share = min(o.share, share)
-        return self._sync([f"schedd bounds {job_key} at {_limits(share, memory_cap_mib)}"], now)
+        return self._sync(
+            [f"schedd bounds {job_key} at {limits_words(share, memory_cap_mib)}"], now
+        )
 
     def job_left(self, job_key: str, now: float) -> list[Decision]:
         """A job ended or moved away. Unknown jobs are ignored, so this is idempotent."""
@@ -475,8 +477,9 @@ def _change(o: _Opportunistic, share: int, cap: int | None) -> str:
     return ", ".join(parts)
 
 
-def _limits(share: int, cap: int | None) -> str:
-    return f"share {share}, memory cap {_mib(cap)}"
+def limits_words(share: int, cap: int | None) -> str:
+    """A job's setting in words, as events and logs give it."""
+    return f"share {share}, " + ("no memory cap" if cap is None else f"memory cap {cap} MiB")
 
 
 def _mib(cap: int | None) -> str:

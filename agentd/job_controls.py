@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentd.coordinator import limits_words
 from agentd.job_observers import job_key
 from agentd.shim_server import ShimServer
 from shared import logging
@@ -181,14 +182,14 @@ class JobControls:
         if not self._has_socket(key):
             self._refuse(job_id, attempt, "limits", "the job is not running on this node")
             return
-        cap = "no memory cap" if memory_cap_mib is None else f"memory cap {memory_cap_mib} MiB"
+        words = limits_words(share, memory_cap_mib)
         if self.bound is not None and self.bound(key, share, memory_cap_mib):
-            detail = f"at most share {share}, {cap}: the coordinators of its GPUs give no more"
+            detail = f"at most {words}: the coordinators of its GPUs give no more"
             self._event(job_id, attempt, "limits", None, detail)
             return
         self.shims.set_limits(key, share=share, memory_cap_mib=memory_cap_mib)
         held = "" if self.shims.connected(key) else " (held until the job's shim connects)"
-        self._event(job_id, attempt, "limits", None, f"share {share}, {cap}{held}")
+        self._event(job_id, attempt, "limits", None, f"{words}{held}")
 
     def suspend(self, job_id: str, attempt: int, free_memory: bool) -> None:
         key = job_key(job_id, attempt)

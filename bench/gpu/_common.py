@@ -673,6 +673,28 @@ def describe(conditions: dict[str, Any]) -> str:
     )
 
 
+def report(
+    benchmark: str,
+    args: Any,
+    torch_info: dict[str, Any],
+    gpu: Gpu,
+    settings: dict[str, Any],
+    show: Callable[[dict[str, Any], Any], None],
+    **figures: Any,
+) -> int:
+    """A benchmark's result (its name, conditions, settings and figures): shown as a
+    table by `show(result, args)`, then as JSON, also to `args.json`; exit status 0."""
+    result = {
+        "benchmark": benchmark,
+        "conditions": conditions(gpu, torch_info, args.python),
+        "settings": settings,
+        **figures,
+    }
+    show(result, args)
+    write_json(args.json, result)
+    return 0
+
+
 def write_json(path: Path | None, data: dict[str, Any]) -> None:
     text = json.dumps(data, indent=2, default=str)
     print(text)

@@ -55,7 +55,6 @@ from _common import (
     Job,
     JobFailed,
     Unavailable,
-    conditions,
     describe,
     fmt,
     measure,
@@ -63,11 +62,11 @@ from _common import (
     pct,
     prepare,
     process_memory,
+    report,
     say,
     table,
     time_weighted_mean,
     wait_until,
-    write_json,
 )
 
 GUARANTEED_ARGS = "--model transformer --batch 16 --width 1024 --depth 4 --seq 256 --idle-ms 30"
@@ -659,24 +658,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot measure: {exc}", file=sys.stderr)
         return 2
     figures = measure(gpu, Bench(args, gpu, settings).run)
-    result = {
-        "benchmark": "coordinated_pair",
-        "conditions": conditions(gpu, torch_info, args.python),
-        "settings": {
-            "guaranteed_args": args.guaranteed_args,
-            "opportunistic_args": args.opportunistic_args,
-            "seconds": args.seconds,
-            "solo_seconds": args.solo_seconds,
-            "steady_from": args.steady_from,
-            "warmup_steps": args.warmup,
-            "coordinator": dataclasses.asdict(settings),
-            "cpu_wiring_check": args.cpu,
-        },
-        "figures": figures,
+    run = {
+        "guaranteed_args": args.guaranteed_args,
+        "opportunistic_args": args.opportunistic_args,
+        "seconds": args.seconds,
+        "solo_seconds": args.solo_seconds,
+        "steady_from": args.steady_from,
+        "warmup_steps": args.warmup,
+        "coordinator": dataclasses.asdict(settings),
+        "cpu_wiring_check": args.cpu,
     }
-    show(result, args)
-    write_json(args.json, result)
-    return 0
+    return report("coordinated_pair", args, torch_info, gpu, run, show, figures=figures)
 
 
 if __name__ == "__main__":

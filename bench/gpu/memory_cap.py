@@ -45,17 +45,16 @@ from _common import (
     Harness,
     Job,
     JobFailed,
-    conditions,
     describe,
     fmt,
     measure,
     outside_allocator,
     prepare,
     process_memory,
+    report,
     say,
     table,
     wait_until,
-    write_json,
 )
 
 JOB_ARGS = "--model transformer --batch 16 --width 1024 --depth 8 --seq 1024"
@@ -269,23 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch_info, gpu = prepare(args)
     cases = measure(gpu, CapBench(args, gpu).run)
-    result = {
-        "benchmark": "memory_cap",
-        "conditions": conditions(gpu, torch_info, args.python),
-        "settings": {
-            "job_args": args.job_args,
-            "warm_steps": args.warm_steps,
-            "cap_fraction": args.cap_fraction,
-            "cap_mib": args.cap_mib,
-            "capped_seconds": args.capped_seconds,
-            "max_oom": args.max_oom,
-            "cpu_wiring_check": args.cpu,
-        },
-        "cases": cases,
+    settings = {
+        "job_args": args.job_args,
+        "warm_steps": args.warm_steps,
+        "cap_fraction": args.cap_fraction,
+        "cap_mib": args.cap_mib,
+        "capped_seconds": args.capped_seconds,
+        "max_oom": args.max_oom,
+        "cpu_wiring_check": args.cpu,
     }
-    show(result, args)
-    write_json(args.json, result)
-    return 0
+    return report("memory_cap", args, torch_info, gpu, settings, show, cases=cases)
 
 
 if __name__ == "__main__":

@@ -39,15 +39,14 @@ from _common import (
     Gpu,
     Harness,
     JobFailed,
-    conditions,
     describe,
     fmt,
     measure,
     prepare,
+    report,
     say,
     table,
     wait_until,
-    write_json,
 )
 
 JOB_ARGS = "--model transformer --batch 16 --width 1024 --depth 4 --seq 256 --report-every 10"
@@ -225,7 +224,7 @@ def _new(sample: Any, known: set[int]) -> int | None:
     return fresh[0] if fresh else None
 
 
-def show(result: dict[str, Any]) -> None:
+def show(result: dict[str, Any], args: argparse.Namespace) -> None:
     c, r = result["conditions"], result["figures"]
     print(describe(c))
     print(
@@ -270,15 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch_info, gpu = prepare(args)
     figures = measure(gpu, BackendCheck(args, gpu).run)
-    result = {
-        "benchmark": "nvml_backend",
-        "conditions": conditions(gpu, torch_info, args.python),
-        "settings": {"job_args": args.job_args, "samples": args.samples},
-        "figures": figures,
-    }
-    show(result)
-    write_json(args.json, result)
-    return 0
+    settings = {"job_args": args.job_args, "samples": args.samples}
+    return report("nvml_backend", args, torch_info, gpu, settings, show, figures=figures)
 
 
 if __name__ == "__main__":

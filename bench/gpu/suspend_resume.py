@@ -40,16 +40,15 @@ from _common import (
     Gpu,
     Harness,
     Job,
-    conditions,
     describe,
     fmt,
     measure,
     prepare,
     process_memory,
+    report,
     say,
     table,
     wait_until,
-    write_json,
 )
 
 JOB_ARGS = "--model transformer --batch 16 --width 1024 --depth 8 --seq 1024"
@@ -232,22 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch_info, gpu = prepare(args)
     figures = measure(gpu, SwitchBench(args, gpu).run)
-    result = {
-        "benchmark": "suspend_resume",
-        "conditions": conditions(gpu, torch_info, args.python),
-        "settings": {
-            "job_args": args.job_args,
-            "warm_steps": args.warm_steps,
-            "cycles": args.cycles,
-            "pause_seconds": args.pause_seconds,
-            "between_steps": args.between_steps,
-            "cpu_wiring_check": args.cpu,
-        },
-        "figures": figures,
+    settings = {
+        "job_args": args.job_args,
+        "warm_steps": args.warm_steps,
+        "cycles": args.cycles,
+        "pause_seconds": args.pause_seconds,
+        "between_steps": args.between_steps,
+        "cpu_wiring_check": args.cpu,
     }
-    show(result, args)
-    write_json(args.json, result)
-    return 0
+    return report("suspend_resume", args, torch_info, gpu, settings, show, figures=figures)
 
 
 if __name__ == "__main__":
