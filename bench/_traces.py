@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import random
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedd.sim.traces import Trace
 
 ENV = "GPUSCHED_TRACES"
 
@@ -25,3 +31,16 @@ def itp_paths(trace_dir: str, clusters: str | None) -> list[Path]:
         wanted = set(clusters.split(","))
         paths = [p for p in paths if p.stem in wanted]
     return paths
+
+
+def renamed(trace: Trace, seed: int) -> Trace:
+    """The trace with every job id prefixed by a random number drawn from `seed` (0: as
+    it is); ids stay unique, and nothing else changes. Ties the policies break by job id
+    then fall otherwise: the spread over seeds is what tie-breaking alone moves."""
+    if seed == 0:
+        return trace
+    rng = random.Random(seed)
+    jobs = tuple(
+        dataclasses.replace(j, job_id=f"{rng.getrandbits(48):012x}-{j.job_id}") for j in trace.jobs
+    )
+    return dataclasses.replace(trace, jobs=jobs)

@@ -8,7 +8,8 @@ prints one Markdown row per (trace, profile). Besides the named profiles, a vari
 is what a placement buys under the same order (`liquid@best_fit`: Liquid's order
 without its network-aware placement and batch packing; `default@network`: the default
 with Liquid's placement); `NAME+ANTICIPATE` adds an anticipate plugin
-(`default+opportunistic`: the default with AntMan's kinds over time).
+(`default-guaranteed+opportunistic`: `default-guaranteed` with AntMan's kinds over
+time, as the default has them).
 
 Multi-node jobs run at `--locality` of full speed (the ITP traces name no models, so
 no per-model table applies; 1.0: no slowdown), and at `--cross-rack` of that again when
@@ -65,6 +66,8 @@ def profile(name: str) -> policy.Profile:
     spec = BUILTIN[base]
     if place:
         spec = dataclasses.replace(spec, place=place)
+    if extra in spec.anticipate:
+        raise ValueError(f"{name}: {base} already has {extra}")
     if extra:
         spec = dataclasses.replace(spec, anticipate=(*spec.anticipate, extra))
     return policy.build(name, spec)
@@ -134,7 +137,10 @@ def main() -> None:
         parser.error(str(exc))
     names = args.profiles.split(",")
     for name in names:
-        profile(name)  # a wrong name fails before any replay
+        try:
+            profile(name)  # a wrong name fails before any replay
+        except (KeyError, ValueError) as exc:
+            parser.error(f"--profiles: {exc}")
     kinds = set(args.traces.split(","))
     if not kinds or kinds - {"itp", "mix2"}:
         parser.error(f"--traces: expected itp, mix2 or both, got {args.traces!r}")

@@ -12,7 +12,7 @@ the last half-hourly checkpoint lost); `--overheads save`, 60 s idle and nothing
 job that saves a checkpoint when it is preempted, as a live job with the shim does).
 `--gpu-util LOW-HIGH` sets the range of the simulator's assumed utilisation
 (sim/sharing.py; the engine's default, 10-100, otherwise), as `bench/seed_policies.py`
-does, and a profile may be one of its variants (`default+opportunistic`).
+does, and a profile may be one of its variants (`default-guaranteed+opportunistic`).
 
     .venv/bin/python bench/tie_breaks.py [--trace-dir DIR] [--jobs 2]
         [--profiles default,default-deadlines] [--seeds 0,1,2,3] [--overheads none|save|lose]
@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _traces import add_trace_dir
+from _traces import add_trace_dir, renamed
 from _version import code_version
 from seed_policies import profile as named_profile
 
@@ -41,21 +40,9 @@ from schedd.sim.locality import LocalityModel, load_table
 from schedd.sim.metrics import summarize
 from schedd.sim.shape import parse_shape
 from schedd.sim.sharing import SharingModel, parse_util_range
-from schedd.sim.traces import Trace, read_trace
+from schedd.sim.traces import read_trace
 
 CLUSTER = "120x8"
-
-
-def renamed(trace: Trace, seed: int) -> Trace:
-    """The trace with every job id prefixed by a random number drawn from `seed` (0: as
-    it is); ids stay unique, and nothing else changes."""
-    if seed == 0:
-        return trace
-    rng = random.Random(seed)
-    jobs = tuple(
-        dataclasses.replace(j, job_id=f"{rng.getrandbits(48):012x}-{j.job_id}") for j in trace.jobs
-    )
-    return dataclasses.replace(trace, jobs=jobs)
 
 
 OVERHEADS = {

@@ -28,7 +28,7 @@ MAX_POINTS = 1024  # distinct service values kept: the table's cost is grid x po
 # a geometric series, since between two finished jobs' values the index rises.
 QUANTILE_POINTS = 96
 GEOMETRIC_POINTS = 64
-MIN_SAMPLES = 32  # fewer finished jobs than this tell too little: callers fall back
+MIN_SAMPLES = 32  # the fewest finished jobs any index is learned from: callers fall back
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -127,9 +127,12 @@ class GittinsTable:
         return self.points[below[bisect.bisect_left(below, i)]]
 
 
-def table_for(history: ServiceHistory | None) -> GittinsTable | None:
-    """The index table of a history, or None when too few jobs finished to tell."""
-    if history is None or history.finished < MIN_SAMPLES or not history.values:
+def table_for(
+    history: ServiceHistory | None, min_finished: int = MIN_SAMPLES
+) -> GittinsTable | None:
+    """The index table of a history, or None when fewer than `min_finished` jobs (and
+    never fewer than `MIN_SAMPLES`) finished to tell."""
+    if history is None or history.finished < max(min_finished, MIN_SAMPLES) or not history.values:
         return None
     return _table(history)
 

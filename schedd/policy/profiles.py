@@ -33,6 +33,7 @@ from schedd.policy.framework import (
     RecheckFn,
     Stages,
 )
+from schedd.policy.gittins import MIN_SAMPLES
 from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import gittins_sparing_urgent, reclaim, timeslice
@@ -216,6 +217,10 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
         ):
             raise ProfileError(f"settings.{key}", "expected a number above 0, at most 1")
+        if key == "gittins_min_finished" and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= MIN_SAMPLES
+        ):
+            raise ProfileError(f"settings.{key}", f"expected a whole number ≥ {MIN_SAMPLES}")
         if key == "timeslice_s" and not (
             isinstance(value, int | float) and not isinstance(value, bool) and value > 0
         ):
@@ -242,17 +247,30 @@ BUILTIN: dict[str, ProfileSpec] = {
         order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
     ),
     # The default: fair across tenants; within one, the highest Gittins index of attained
-    # service, learned from the service finished jobs took (2D-LAS until 32 have);
-    # topology-aware placement; reclaim of guarantees. No reservations: on the ITP traces
-    # held GPUs cost more average JCT than they saved (docs/simulator.md).
+    # service, learned from the service finished jobs took (2D-LAS until 128 have);
+    # topology-aware placement; reclaim of guarantees; and AntMan's kinds over time: a
+    # job that waited `opportunistic_after_s` without a deadline runs opportunistically
+    # meanwhile on little-used GPUs, upgraded in place once it may hold its own. No
+    # reservations: on the ITP traces held GPUs cost more average JCT than they saved.
+    # Why each part: docs/simulator.md and docs/evaluation.md.
     "default": ProfileSpec(
         order="fair_gittins",
         place="topology",
         admit=("quota", "user_limit"),
         make_room=("reclaim", "gittins"),
+        anticipate=("opportunistic",),
+        settings=Settings(gittins_min_finished=128),
     ),
-    # The default with 2D-LAS in place of the Gittins index (the default until the ITP
-    # replays showed the index ahead on 9 traces of 10: docs/simulator.md).
+    # The default until 2026-11-27, without the kinds over time: every job keeps its
+    # guarantee and waits for room of its own (the index learned from 32 finished jobs).
+    "default-guaranteed": ProfileSpec(
+        order="fair_gittins",
+        place="topology",
+        admit=("quota", "user_limit"),
+        make_room=("reclaim", "gittins"),
+    ),
+    # `default-guaranteed` with 2D-LAS in place of the Gittins index (the default until
+    # the ITP replays showed the index ahead on 9 traces of 10: docs/simulator.md).
     "las": ProfileSpec(
         order="fair_las",
         place="topology",
@@ -311,9 +329,9 @@ BUILTIN: dict[str, ProfileSpec] = {
         estimates="oracle",
         settings=Settings(min_run_s=1200.0),
     ),
-    # The default with Gandiva's mechanisms: its order and preemption first; a job that
-    # finds no room and no victims takes turns with a running job of its GPU count;
-    # packing, migration and grow/shrink as in `gandiva`.
+    # `default-guaranteed` with Gandiva's mechanisms: its order and preemption first; a
+    # job that finds no room and no victims takes turns with a running job of its GPU
+    # count; packing, migration and grow/shrink as in `gandiva`.
     "default-gandiva": ProfileSpec(
         order="fair_gittins",
         place="topology",
@@ -322,10 +340,10 @@ BUILTIN: dict[str, ProfileSpec] = {
         decide=("timeslice", "pack"),
         anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
     ),
-    # The default with Chronus's admission: a deadline is guaranteed or refused by the
-    # MILP when the job arrives, and the default's Gittins preemption spares a running
-    # job whose guaranteed deadline is urgent (`deadline_urgent_s` of slack or less);
-    # the order stays the default's. Run times for slack and admission as in `chronus`.
+    # `default-guaranteed` with Chronus's admission: a deadline is guaranteed or refused
+    # by the MILP when the job arrives, and the Gittins preemption spares a running job
+    # whose guaranteed deadline is urgent (`deadline_urgent_s` of slack or less); the
+    # order stays `default-guaranteed`'s. Run times for slack and admission as in `chronus`.
     "default-deadlines": ProfileSpec(
         order="fair_gittins",
         place="topology",

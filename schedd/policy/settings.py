@@ -14,6 +14,11 @@ class Settings:
     min_run_s: float = 300.0
     # 2D-LAS (Tiresias): the attained GPU-seconds at which a job drops to the next queue.
     las_thresholds_gpu_s: tuple[float, ...] = (3200.0,)
+    # The Gittins index (order.gittins) is learned once this many jobs have finished
+    # (at least 32); until then the order is 2D-LAS. An index from a few dozen jobs can
+    # preempt long jobs back and forth on chance clusters of finishing times
+    # (docs/simulator.md); the default profile waits for 128.
+    gittins_min_finished: int = 32
     # How much decayed past use counts against a group's fair share, next to what it
     # holds now (0: current allocation only).
     history_weight: float = 1.0

@@ -73,11 +73,13 @@ def test_profiles_from_config_override_and_add(tmp_path: Path) -> None:
     # Only what the table sets changes; the rest is the built-in profile's.
     builtin = policy.PROFILES["default"].spec
     assert builtin is not None
-    assert (default.order, default.make_room, default.blocking) == (
+    assert (default.order, default.make_room, default.anticipate, default.blocking) == (
         builtin.order,
         builtin.make_room,
+        builtin.anticipate,
         builtin.blocking,
     )
+    assert default.settings.gittins_min_finished == builtin.settings.gittins_min_finished == 128
     assert default.tick_s is None and default.settings.min_run_s == 0
     assert default.settings.las_thresholds_gpu_s == builtin.settings.las_thresholds_gpu_s
     assert default.settings.half_life_s == 3600.0  # usage_half_life_s, for every profile
@@ -149,6 +151,10 @@ BAD = [
      'profiles.default.settings.min_run: unknown'),
     ('[profiles.default.settings]\nlas_thresholds_gpu_s = ["a"]',
      'profiles.default.settings.las_thresholds_gpu_s: expected a list of positive numbers'),
+    ('[profiles.default.settings]\ngittins_min_finished = 8',
+     'profiles.default.settings.gittins_min_finished: expected a whole number ≥ 32'),
+    ('[profiles.default.settings]\ngittins_min_finished = 64.5',
+     'profiles.default.settings.gittins_min_finished: expected a whole number ≥ 32'),
     ('[profiles.default.settings]\nhalf_life_s = 60',
      'profiles.default.settings.half_life_s: set usage_half_life_s'),
     ('policy = "nope"',

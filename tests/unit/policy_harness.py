@@ -37,7 +37,7 @@ from schedd.policy.snapshot import (
 
 # Most jobs are short, a few run for days: the longer a job has run, the less it is
 # worth, and the Gittins index puts a newcomer before a runner.
-HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)
+HEAVY_TAIL = ServiceHistory.of([600.0] * 180 + [500_000.0] * 20)
 
 
 def node(

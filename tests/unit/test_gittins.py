@@ -29,11 +29,13 @@ from tests.unit.policy_harness import (
     snapshot,
 )
 
+# Enough finished jobs for the default profile to learn its index from.
+LEARNED = BUILTIN["default"].settings.gittins_min_finished
 # Half the jobs take 1 GPU-second, half 4: a newcomer (index 1/2: one chance in two to
 # finish in one second) is worth more than a job past its first second (1 in 3 s).
-SHORT_OR_LONG = ServiceHistory.of([1.0, 4.0] * MIN_SAMPLES)
+SHORT_OR_LONG = ServiceHistory.of([1.0, 4.0] * LEARNED)
 # Every job takes about 10,000 GPU-seconds: a job that has started is worth finishing.
-ALIKE = ServiceHistory.of([10_000.0 + i for i in range(MIN_SAMPLES * 2)])
+ALIKE = ServiceHistory.of([10_000.0 + i for i in range(LEARNED * 2)])
 
 
 def test_the_index_of_a_two_point_distribution_is_the_closed_form() -> None:
@@ -62,6 +64,20 @@ def test_a_heavy_tail_ranks_a_newcomer_above_a_long_runner() -> None:
 def test_too_short_a_history_gives_no_table() -> None:
     assert table_for(None) is None
     assert table_for(ServiceHistory.of([5.0] * (MIN_SAMPLES - 1))) is None
+    assert table_for(ServiceHistory.of([5.0] * 99), min_finished=100) is None
+    assert table_for(ServiceHistory.of([5.0] * 100), min_finished=100) is not None
+    # Below the floor a smaller threshold is not taken at its word.
+    assert table_for(ServiceHistory.of([5.0] * (MIN_SAMPLES - 1)), min_finished=1) is None
+
+
+def test_the_default_orders_by_2d_las_until_it_has_its_share_of_history() -> None:
+    """With alike run times the index keeps a started job first; 2D-LAS puts the
+    newcomer (a lower queue) first. The default learns only from `LEARNED` jobs."""
+    n = node("n", 1)
+    waiting = [pending("new", 1, at=1.0), pending("resumed", 1, at=2.0, attained_s=5_000.0)]
+    young = snapshot([n], waiting, service_history=ServiceHistory.of([10_000.0] * (LEARNED - 1)))
+    assert set(launches(run("default", young))) == {"new"}
+    assert set(launches(run("default-guaranteed", young))) == {"resumed"}  # learns from 32
 
 
 def test_unfinished_jobs_count_as_censored_observations() -> None:
@@ -174,10 +190,11 @@ def test_a_waiting_jobs_twins_wait_alike_without_the_stages_asked_again() -> Non
 
     default = dataclasses.replace(stages(BUILTIN["default"], "default"), admit=(counting,))
     assert default.waits_alike is not None
-    plan = framework.plan(default, snap, 10_000.0)
+    # Before the mark at which the default would make them opportunistic.
+    plan = framework.plan(default, snap, 1_000.0)
     assert asked == ["new0"]
     assert not plan.actions and set(plan.waiting) == {w.job_id for w in waiting}
     assert {w.code for w in plan.waiting.values()} == {"no_capacity"}
     asked.clear()
-    each = framework.plan(dataclasses.replace(default, waits_alike=None), snap, 10_000.0)
+    each = framework.plan(dataclasses.replace(default, waits_alike=None), snap, 1_000.0)
     assert asked == [w.job_id for w in waiting] and each.waiting == plan.waiting

@@ -17,7 +17,7 @@ from schedd.policy.gittins import ServiceHistory
 from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Shard, Snapshot
 from tests.unit.policy_harness import node
 
-HEAVY_TAIL = ServiceHistory.of([600.0] * 90 + [50_000.0] * 10)
+HEAVY_TAIL = ServiceHistory.of([600.0] * 180 + [50_000.0] * 20)
 
 
 def build(seed: int) -> Snapshot:

@@ -199,7 +199,7 @@ TWIN_PROFILES = [(n, s) for n, s in BUILTIN.items() if stages(s, n).waits_alike]
     for o in ("drf", "capacity", "fifo", "priority")
     for m in (("gittins",), ("las",), ("reclaim", "gittins"), ("reclaim", "las"))
 ]
-HISTORIES = [None, ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)]
+HISTORIES = [None, ServiceHistory.of([600.0] * 180 + [500_000.0] * 20)]
 
 
 SERVICE = [0.0, 700.0, 50_000.0, 600_000.0]

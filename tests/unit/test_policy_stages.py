@@ -345,7 +345,7 @@ def test_a_twin_of_a_better_rank_is_asked_again() -> None:
     """In submission order, a job that attained much service finds no job ranked below
     it to preempt; its twin that has attained none, later, does."""
     n = node("n", 1)
-    history = ServiceHistory.of([600.0] * 90 + [500_000.0] * 10)  # heavy-tailed
+    history = ServiceHistory.of([600.0] * 180 + [500_000.0] * 20)  # heavy-tailed
     held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
     waiting = [pending("long", 1, attained_s=600_000.0), pending("fresh", 1, at=1.0)]
     snap = snapshot([n], waiting, held, service_history=history)

@@ -41,14 +41,17 @@ def test_a_job_with_no_free_gpus_takes_turns_with_a_job_of_its_size() -> None:
     assert plan.waiting["new"].code == "no_capacity"
 
 
-def test_the_default_with_gandivas_mechanisms_takes_turns_where_it_would_not_preempt() -> None:
+def test_the_gittins_order_with_gandivas_mechanisms_takes_turns_where_it_would_not_preempt() -> (
+    None
+):
     """Run times alike: a job that has run is worth more than a newcomer, so the
-    Gittins index preempts nobody; `default-gandiva` then takes turns, `default` waits."""
+    Gittins index preempts nobody; `default-gandiva` then takes turns,
+    `default-guaranteed` (the same without Gandiva's mechanisms) waits."""
     n = node("n", 1)
     alike = ServiceHistory.of([10_000.0 + i for i in range(64)])
     held = [placed("runner", n, [0], attained_s=5_000.0, started_at=0.0)]
     snap = snapshot([n], [pending("new", 1)], held, service_history=alike)
-    assert run("default", snap, now=10_000.0).actions == []
+    assert run("default-guaranteed", snap, now=10_000.0).actions == []
     plan = run("default-gandiva", snap, now=10_000.0)
     assert kinds(plan) == [("Suspend", "runner"), ("Launch", "new")]
 

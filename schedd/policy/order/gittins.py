@@ -3,8 +3,8 @@
 With a history of finished jobs this is the order that minimises mean completion time
 without knowing any job's run time: least-attained-service where run times are
 heavy-tailed, first-come-first-served where they are alike, and whatever lies between
-for the distribution at hand. Until enough jobs have finished to learn from, it is
-2D-LAS (`order.las`). Equal indices (every job that has not run yet) go by submission.
+for the distribution at hand. Until `gittins_min_finished` jobs have finished to learn
+from, it is 2D-LAS (`order.las`). Equal indices (every job that has not run yet) go by submission.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from schedd.policy.view import View
 def table(view: View) -> GittinsTable | None:
     key = ("gittins_table",)
     if key not in view.memo:  # read for every job: once per cycle, not per lookup
-        view.memo[key] = table_for(view.snapshot.service_history)
+        history = view.snapshot.service_history
+        view.memo[key] = table_for(history, view.settings.gittins_min_finished)
     return view.memo[key]  # type: ignore[return-value]
 
 
