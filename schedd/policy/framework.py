@@ -138,7 +138,10 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if resumed and pending.job_id in resumed:
             continue
         if blocker is None and (known := alike.wait(pending)) is not None:
-            result.waiting[pending.job_id] = known
+            if holds_gpus(pending):
+                result.waiting[pending.job_id] = known
+            else:  # made opportunistic: as guaranteed it would wait, so it shares
+                _place_opportunistic(pending, view, result)
             continue
         if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
             _place_opportunistic(pending, view, result)  # it holds nobody back: no FIFO
@@ -155,6 +158,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:
             if converted:
+                alike.waits(job, refused)
                 _place_opportunistic(pending, view, result)
             else:
                 result.waiting[job.job_id] = alike.waits(job, refused)
@@ -197,6 +201,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             )
             continue
         if converted:  # no room as guaranteed: it waits, or shares, as what it is now
+            if stages.blocking != "backfill":  # so would its twins (no reservation here)
+                alike.waits(job, _blocked(stages, job, view, placed, reservations))
             _place_opportunistic(pending, view, result)
             continue
         wait = _blocked(stages, job, view, placed, reservations)
@@ -241,8 +247,9 @@ class _WaitsAlike:
         self.last_known: tuple[int, float, float, Wait] | None = None
 
     def wait(self, job: PendingJob) -> Wait | None:
-        """The wait of an earlier twin of `job` that holds for it, if there is one."""
-        if self.rank is None or job.kind != GUARANTEED:
+        """The wait of an earlier twin of `job` that holds for it as guaranteed (for a
+        job made opportunistic: that it would wait as guaranteed), if there is one."""
+        if self.rank is None or job.spec_kind != GUARANTEED:
             return None
         last = self.last
         if (
@@ -276,8 +283,10 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
     """An opportunistic job holds no share of its queue's and displaces nobody: it
     starts where GPUs stayed little used, or waits, never holding others back."""
     refused = _never_fits(view, job)
-    largest = max(len(n.gpus) for n in view.snapshot.nodes)
-    if refused is None and job.request.gpus > largest:
+    largest = view.memo.get(("largest_node",))
+    if largest is None:
+        largest = view.memo[("largest_node",)] = max(len(n.gpus) for n in view.snapshot.nodes)
+    if refused is None and job.request.gpus > largest:  # type: ignore[operator]
         refused = Wait(
             "too_large",
             f"an opportunistic job runs on one node: it asks for {job.request.gpus} GPUs,"

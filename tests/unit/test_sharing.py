@@ -281,6 +281,20 @@ def test_a_job_made_opportunistic_gets_its_guarantee_back_by_room_or_reclaim() -
     assert kinds(plan) == {"mine": GUARANTEED}
 
 
+@pytest.mark.parametrize("profile", ["default", "antman"])
+def test_a_job_made_opportunistic_shares_though_its_guaranteed_twin_waits(profile: str) -> None:
+    """Twins (queue, user, request) wait alike as guaranteed, which the plan answers at
+    once for the second; the one made opportunistic still goes on to share."""
+    n = node("n", 2)
+    full = [placed("a", n, [0], utilization_pct=20), placed("b", n, [1], utilization_pct=30)]
+    twin = pending("twin", 1, at=MARK + 10)
+    mine = converted(pending("mine", 1, at=MARK + 20))
+    plan = run(profile, snapshot([n], [twin, mine], full), now=MARK + 100)
+    assert plan.waiting["twin"].code == "no_capacity"
+    assert gpus_of(plan, "mine") == ("n-g0",)
+    assert not kinds(plan)
+
+
 def test_no_upgrade_takes_gpus_a_preemption_of_the_same_plan_counts_on() -> None:
     """mine needs 2 GPUs: the borrower's and the one only o holds (free for it). While
     it waits for the borrower to stop, o is not upgraded onto that GPU."""

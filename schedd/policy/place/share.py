@@ -16,11 +16,12 @@ the kind is the user's word that the job may be slowed, and the agent slows it.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterator
 
 from schedd.policy.placement import NoFit, Placement, enough_cpus
-from schedd.policy.snapshot import Gpu, PendingJob, PlacedJob, Request, Shard, holds_gpus
+from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Shard, holds_gpus
 from schedd.policy.view import View
 
 
@@ -72,6 +73,99 @@ def utilization(gpu: Gpu, view: View) -> int:
 
 def place(job: PendingJob, view: View) -> Placement | NoFit:
     request = job.request
+    if request.node_id is None and request.gpu_memory_mib is None:
+        index = view.memo.get(("share_index",))
+        if not isinstance(index, _ShareIndex):
+            index = view.memo[("share_index",)] = _ShareIndex(view)
+        found = index.best(request)
+        if found is not None:
+            node_id, gpus = found
+            return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
+    return _scan(request, view)  # pinned, or asking for memory, or no fit: say why
+
+
+class _ShareIndex:
+    """One plan's shareable GPUs by node, so that a backlog of opportunistic jobs does
+    not scan every node per job. A node's list (its GPUs a job asking for no GPU memory
+    may take, least used first) is kept while its free GPUs and its sharers are the
+    same objects: the view replaces both on a change, and fresh GPUs are GPUs the plan
+    launched there (which changed the free ones) or young holders' (fixed for the
+    plan). For each GPU count a heap orders the nodes by what their least-used GPUs
+    sum to. Within a plan a node's list only loses GPUs, so a score in the heap is at
+    most the node's score now: a stale top is scored again and put back, and the
+    first top that is current and has the CPUs and memory is the node `_scan` would
+    choose (ties by node id in both)."""
+
+    __slots__ = ("heaps", "launched_on", "limit", "lists", "nodes", "seen", "view", "young")
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.nodes = {n.node_id: n for n in view.snapshot.nodes}
+        self.limit = view.settings.share_below_pct
+        self.young = {u for job, _ in _young_holders(view) for u in job.gpu_uuids}
+        self.launched_on: dict[str, set[str]] = {}
+        self.seen = 0  # entries of view.launched counted into launched_on
+        self.lists: dict[str, tuple[object, object, list[tuple[int, int, Gpu]]]] = {}
+        self.heaps: dict[int, list[tuple[int, str]]] = {}
+
+    def usable(self, node: Node) -> list[tuple[int, int, Gpu]]:
+        view = self.view
+        free = view.capacity[node.node_id].free_gpus
+        sharers = view.shared.get(node.node_id)
+        known = self.lists.get(node.node_id)
+        if known is not None and known[0] is free and known[1] is sharers:
+            return known[2]
+        for shards, _ in view.launched[self.seen :]:
+            for shard in shards:
+                self.launched_on.setdefault(shard.node_id, set()).update(shard.gpu_uuids)
+        self.seen = len(view.launched)
+        taken = (sharers or frozenset()) | node.out
+        fresh = self.launched_on.get(node.node_id, set())
+        usable = sorted(
+            (use, g.index, g)
+            for g in node.gpus
+            if g.uuid not in taken
+            and g.uuid not in fresh
+            and g.uuid not in self.young
+            and (use := utilization(g, view)) < self.limit
+        )
+        self.lists[node.node_id] = (free, sharers, usable)
+        return usable
+
+    def best(self, request: Request) -> tuple[str, list[Gpu]] | None:
+        count = request.gpus
+        heap = self.heaps.get(count)
+        if heap is None:
+            heap = self.heaps[count] = []
+            for node in self.view.snapshot.nodes:
+                usable = self.usable(node) if node.coordinated else []
+                if len(usable) >= count:
+                    heap.append((sum(use for use, _, _ in usable[:count]), node.node_id))
+            heapq.heapify(heap)
+        aside: list[tuple[int, str]] = []
+        found = None
+        while heap:
+            score, node_id = heap[0]
+            usable = self.usable(self.nodes[node_id])
+            if len(usable) < count:
+                heapq.heappop(heap)  # for good: its list only shrinks in this plan
+                continue
+            now = sum(use for use, _, _ in usable[:count])
+            if now != score:
+                heapq.heapreplace(heap, (now, node_id))
+                continue
+            cap = self.view.capacity[node_id]
+            if not enough_cpus(cap.cpus, request.cpus) or cap.memory_mib < request.memory_mib:
+                aside.append(heapq.heappop(heap))  # another request may fit there
+                continue
+            found = node_id, sorted((g for _, _, g in usable[:count]), key=lambda g: g.index)
+            break
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return found
+
+
+def _scan(request: Request, view: View) -> Placement | NoFit:
     limit = view.settings.share_below_pct
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
