@@ -295,18 +295,23 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
     if refused is not None:
         result.waiting[job.job_id] = refused
         return
+    # A request that found no shareable GPUs finds none later in the plan: its Wait is
+    # kept, said once for every job of that request.
     key = ("no_share", job.request)
     known = view.memo.get(key)
-    placed = known if isinstance(known, NoFit) else share.place(job, view)
+    if isinstance(known, Wait):
+        result.waiting[job.job_id] = known
+        return
+    placed = share.place(job, view)
     if isinstance(placed, Placement):
         view.take(job, placed.shards)
         result.actions.append(Launch(job.job_id, placed.shards, "opportunistic, little-used GPUs"))
         return
-    view.memo[key] = placed
-    result.waiting[job.job_id] = Wait(
+    wait = view.memo[key] = Wait(
         NO_SHAREABLE_GPU,
         f"no node has {job.request.gpus} GPU(s) to share: {placed.describe(job.request)}",
     )
+    result.waiting[job.job_id] = wait
 
 
 def _resume_moves(view: View, result: Plan) -> set[str]:

@@ -196,10 +196,13 @@ class View:
         return cap
 
     def take(self, job: PendingJob, shards: tuple[Shard, ...]) -> None:
-        self.generation += 1
         if not holds_gpus(job):
+            # No new generation: a sharer holds no GPU and nothing of its queue's, so no
+            # rank, quota or victim changes; the CPUs and memory it takes only shrink
+            # what a job that did not fit could find.
             self._share(job, shards)
             return
+        self.generation += 1
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             self._take_on(shard, part, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
