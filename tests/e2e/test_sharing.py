@@ -17,10 +17,10 @@ pytestmark = pytest.mark.e2e
 # A short GPU window and a high mark: on a loaded machine a step of CPU work takes
 # longer, and one busy burst of step reports must not bar sharing for long. What is
 # tested is the mechanism; the mark itself is the unit tests' (tests/unit/test_sharing.py).
-ANTMAN = """
-policy = "antman"
+SHARING = """
+policy = "{profile}"
 gpu_window_s = 5
-[profiles.antman.settings]
+[profiles.{profile}.settings]
 opportunistic_after_s = 2
 share_after_s = 1
 share_below_pct = 90
@@ -29,8 +29,12 @@ PAUSE = "0.1"  # seconds between steps: the guaranteed job keeps its GPU little 
 STEERED = "limits: coordinator on GPU"
 
 
-def test_a_waiting_job_shares_a_little_used_gpu_then_is_upgraded(cluster: Cluster) -> None:
-    cluster.extra_schedd_config = ANTMAN
+# AntMan's own profile, and the default, which takes its kinds over time.
+@pytest.mark.parametrize("profile", ["antman", "default"])
+def test_a_waiting_job_shares_a_little_used_gpu_then_is_upgraded(
+    cluster: Cluster, profile: str
+) -> None:
+    cluster.extra_schedd_config = SHARING.format(profile=profile)
     cluster.start_schedd()
     cluster.start_agent("node-a", gpus=1)
     alice, bob = cluster.token("alice"), cluster.token("bob")
