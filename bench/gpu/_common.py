@@ -10,6 +10,7 @@ reports, NVML samples and coordinator decisions line up.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import contextlib
@@ -146,6 +147,23 @@ def exit_if_unavailable(problems: Sequence[str]) -> None:
 def say(text: str) -> None:
     """Progress, on stderr: stdout carries only the figures."""
     print(text, file=sys.stderr, flush=True)
+
+
+def add_harness_args(
+    p: argparse.ArgumentParser, *, jobs: bool = False, gpu: str = "measure", cpu: bool = True
+) -> None:
+    """The flags every GPU benchmark takes, last: the GPU, the jobs' interpreter, the
+    JSON summary and, where the benchmark has one, the CPU stand-in (`--cpu`; without
+    it `args.cpu` is False, as `prepare` reads it)."""
+    whose = "jobs'" if jobs else "job's"
+    p.add_argument("--gpu", type=int, default=0, help=f"NVML index of the GPU to {gpu}")
+    p.add_argument("--python", default=sys.executable, help=f"the {whose} interpreter")
+    p.add_argument("--json", type=Path, help="also write the JSON summary here")
+    if cpu:
+        on_cpu = "jobs on the CPU" if jobs else "the job on the CPU"
+        p.add_argument("--cpu", action="store_true", help=f"{on_cpu}: a wiring check only")
+    else:
+        p.set_defaults(cpu=False)
 
 
 def prepare(args: Any) -> tuple[dict[str, Any], Gpu]:

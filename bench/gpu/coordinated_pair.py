@@ -44,7 +44,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -55,6 +54,7 @@ from _common import (
     Job,
     JobFailed,
     Unavailable,
+    add_harness_args,
     describe,
     fmt,
     measure,
@@ -99,10 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--increase", type=int, default=5, help="CoordinatorSettings.increase")
     p.add_argument("--window", type=int, default=20, help="CoordinatorSettings.window")
     p.add_argument("--solo-samples", type=int, default=50, help="CoordinatorSettings.solo_samples")
-    p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to measure")
-    p.add_argument("--python", default=sys.executable, help="the jobs' interpreter")
-    p.add_argument("--json", type=Path, help="also write the JSON summary here")
-    p.add_argument("--cpu", action="store_true", help="jobs on the CPU: a wiring check only")
+    add_harness_args(p, jobs=True)
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.solo_seconds <= 0:
         p.error("--seconds and --solo-seconds must be positive")

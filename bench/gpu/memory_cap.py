@@ -36,7 +36,6 @@ import contextlib
 import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -45,6 +44,7 @@ from _common import (
     Harness,
     Job,
     JobFailed,
+    add_harness_args,
     describe,
     fmt,
     measure,
@@ -74,10 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--capped-seconds", type=float, default=30.0, help="each case, once capped")
     p.add_argument("--max-oom", type=int, default=5, help="out-of-memory steps before exit 3")
     p.add_argument("--case", choices=("both", "running", "start"), default="both")
-    p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to measure")
-    p.add_argument("--python", default=sys.executable, help="the job's interpreter")
-    p.add_argument("--json", type=Path, help="also write the JSON summary here")
-    p.add_argument("--cpu", action="store_true", help="the job on the CPU: a wiring check only")
+    add_harness_args(p)
     args = p.parse_args(argv)
     if args.warm_steps < 2 or args.capped_seconds <= 0 or args.max_oom < 0:
         p.error("--warm-steps must be >= 2, --capped-seconds > 0, --max-oom >= 0")

@@ -31,7 +31,6 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -39,6 +38,7 @@ from _common import (
     Gpu,
     Harness,
     JobFailed,
+    add_harness_args,
     describe,
     fmt,
     measure,
@@ -60,13 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--job-args", default=JOB_ARGS, help="train_job.py flags")
     p.add_argument("--samples", type=int, default=40, help="timed samples, idle and busy")
-    p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to watch")
-    p.add_argument("--python", default=sys.executable, help="the job's interpreter")
-    p.add_argument("--json", type=Path, help="also write the JSON summary here")
+    add_harness_args(p, gpu="watch", cpu=False)  # no CPU stand-in for this check
     args = p.parse_args(argv)
     if args.samples < 1:
         p.error("--samples must be >= 1")
-    args.cpu = False  # the harness's flag: this check has no CPU stand-in
     args.job = shlex.split(args.job_args)
     return args
 

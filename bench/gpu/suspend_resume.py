@@ -32,7 +32,6 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -40,6 +39,7 @@ from _common import (
     Gpu,
     Harness,
     Job,
+    add_harness_args,
     describe,
     fmt,
     measure,
@@ -65,10 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cycles", type=int, default=5, help="suspend/resume cycles")
     p.add_argument("--pause-seconds", type=float, default=2.0, help="suspended, each cycle")
     p.add_argument("--between-steps", type=int, default=10, help="steps between cycles")
-    p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to measure")
-    p.add_argument("--python", default=sys.executable, help="the job's interpreter")
-    p.add_argument("--json", type=Path, help="also write the JSON summary here")
-    p.add_argument("--cpu", action="store_true", help="the job on the CPU: a wiring check only")
+    add_harness_args(p)
     args = p.parse_args(argv)
     if args.warm_steps < 2 or args.cycles < 1 or args.between_steps < 1:
         p.error("--warm-steps must be >= 2, --cycles and --between-steps >= 1")

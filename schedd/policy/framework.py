@@ -283,10 +283,8 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
     """An opportunistic job holds no share of its queue's and displaces nobody: it
     starts where GPUs stayed little used, or waits, never holding others back."""
     refused = _never_fits(view, job)
-    largest = view.memo.get(("largest_node",))
-    if largest is None:
-        largest = view.memo[("largest_node",)] = max(len(n.gpus) for n in view.snapshot.nodes)
-    if refused is None and job.request.gpus > largest:  # type: ignore[operator]
+    largest = view.largest_node_gpus()
+    if refused is None and job.request.gpus > largest:
         refused = Wait(
             "too_large",
             f"an opportunistic job runs on one node: it asks for {job.request.gpus} GPUs,"

@@ -56,7 +56,7 @@ def needs_spreading(job: PendingJob | PlacedJob, view: View) -> bool:
     runs those): larger than the connected ones and than any that is briefly away."""
     snapshot = view.snapshot
     return snapshot.multi_node and job.request.gpus > max(
-        len(view.by_free) - 1, snapshot.largest_node_gpus
+        view.largest_node_gpus(), snapshot.largest_node_gpus
     )
 
 

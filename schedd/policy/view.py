@@ -176,6 +176,10 @@ class View:
             self.memo[("gpus",)] = index
         return index[uuid]  # type: ignore[index,no-any-return]
 
+    def largest_node_gpus(self) -> int:
+        """The most GPUs one connected node has (`by_free` has a bucket per count)."""
+        return len(self.by_free) - 1
+
     def free_gpu_count(self) -> int:
         return sum(i * len(bucket) for i, bucket in enumerate(self.by_free))
 

@@ -37,7 +37,7 @@ NOT_FOR_SHARING = frozenset({"too_large", "no_nodes", "preempting"})
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
     after = view.settings.opportunistic_after_s
-    largest = max(len(n.gpus) for n in view.snapshot.nodes)
+    largest = view.largest_node_gpus()
     actions: list[Action] = []
     for job in view.snapshot.pending:
         wait = plan.waiting.get(job.job_id)
