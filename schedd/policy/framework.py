@@ -47,7 +47,6 @@ from schedd.policy.snapshot import (
     Request,
     Shard,
     Snapshot,
-    holds_gpus,
     interned,
 )
 from schedd.policy.view import View
@@ -137,13 +136,16 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     for pending in stages.order(snapshot.pending, view):
         if resumed and pending.job_id in resumed:
             continue
+        # A pending job is never suspended nor packed: it holds GPUs of its own once
+        # started unless it is opportunistic (`holds_gpus`).
+        holds = pending.kind != OPPORTUNISTIC
         if blocker is None and (known := alike.wait(pending)) is not None:
-            if holds_gpus(pending):
+            if holds:
                 result.waiting[pending.job_id] = known
             else:  # made opportunistic: as guaranteed it would wait, so it shares
                 _place_opportunistic(pending, view, result)
             continue
-        if not holds_gpus(pending) and pending.spec_kind == OPPORTUNISTIC:
+        if not holds and pending.spec_kind == OPPORTUNISTIC:
             _place_opportunistic(pending, view, result)  # it holds nobody back: no FIFO
             continue
         if blocker is not None:
@@ -153,7 +155,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             continue
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
-        converted = not holds_gpus(pending)
+        converted = not holds
         job = dataclasses.replace(pending, kind=GUARANTEED) if converted else pending
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:

@@ -93,25 +93,33 @@ def test_planning_the_same_objects_again_gives_what_fresh_ones_give(
 @settings(max_examples=150, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
-    steps=st.lists(st.tuples(st.floats(4000, 6000), st.integers(0, 2)), min_size=3, max_size=8),
+    steps=st.lists(st.tuples(st.floats(4000, 6000), st.integers(0, 3)), min_size=3, max_size=8),
 )
 def test_snapshots_that_share_some_objects_plan_as_fresh_ones(
     seed: int, steps: list[tuple[float, int]]
 ) -> None:
-    """As the simulator does: from one plan to the next a job leaves, or one job comes
-    as a new object, while the others stay the very same objects (so per-queue lists
-    and what is kept for them are reused for the queues that did not change)."""
+    """As the simulator does: from one plan to the next a job leaves, one job comes as
+    a new object, or a queue's waiting jobs come as new objects with more service (the
+    best index waiting there changes), while the others stay the very same objects (so
+    per-queue lists and what is kept for them are reused for the queues that did not
+    change)."""
     rng = random.Random(seed)
     snapshots = []
     current = build(seed)
     for now, change in steps:
-        placed = list(current.placed)
+        placed, pending = list(current.placed), list(current.pending)
         if change == 1 and placed:
             placed.pop(rng.randrange(len(placed)))
         elif change == 2 and placed:
             i = rng.randrange(len(placed))
             placed[i] = dataclasses.replace(placed[i], attained_s=placed[i].attained_s + 700.0)
-        current = dataclasses.replace(current, placed=tuple(placed))
+        elif change == 3:  # one queue's waiting jobs all served more before
+            queue = rng.choice(["a", "b"])
+            pending = [
+                dataclasses.replace(j, attained_s=j.attained_s + 600.0) if j.queue == queue else j
+                for j in pending
+            ]
+        current = dataclasses.replace(current, placed=tuple(placed), pending=tuple(pending))
         snapshots.append((now, current))
     for name in ("default", "las", "tiresias"):
         plan = profile(name).plan
