@@ -204,25 +204,40 @@ class Simulation:
         )
 
     def _next_instant(self, tick: float | None) -> float | None:
+        self._drop_superseded()
         candidates = []
         if self.events:
             candidates.append(self.events[0][0])
         if self._next_arrival < len(self.jobs):
             candidates.append(self.jobs[self._next_arrival].spec.submit_s)
-        if not candidates:
-            # Nothing runs and nothing arrives: what is left can never start, unless a
-            # plan resumes a suspended job. The policy is asked again when its last plan
-            # asked to be (`recheck_at`), or at its tick while its last instant changed
-            # anything: not tick after tick on nothing.
+        if not candidates and not self._changed:
+            # Nothing runs and nothing arrives: what is left starts only where a plan
+            # decides so with time alone (a suspended job resumed, a wait over). The
+            # policy is asked again when its last plan asked to be (`recheck_at`), or
+            # at its tick, while its last instant changed anything (with a job
+            # suspended, at `recheck_at` in any case): not again and again on nothing.
             if not self._any_suspended():
                 return None
-            if not self._changed:
-                tick = None
+            tick = None
         if tick is not None:
             candidates.append(tick)
         if self._recheck_at is not None:
             candidates.append(self._recheck_at)
         return min(candidates) if candidates else None
+
+    def _drop_superseded(self) -> None:
+        """Drop the events at the head of the queue that no longer happen: a completion
+        planned again since (the job stopped, or sped up or slowed down), or the end of
+        a preemption or move of an earlier attempt. No event reaches the live scheduler
+        at their time, so no plan is made there: a replay plans when the live system
+        would, and an instant with nothing in it would cost a plan for nothing."""
+        events, jobs = self.events, self.jobs
+        while events:
+            _, kind, _, seq, token = events[0]
+            job = jobs[seq]
+            if (job.timing if kind == _FINISH else job.attempt) == token:
+                return
+            heapq.heappop(events)
 
     def _any_suspended(self) -> bool:
         return any(job.state == SUSPENDED for job in self.holding.values())

@@ -243,8 +243,8 @@ def test_a_suspension_under_checkpoints_loses_no_work(
 
 
 def test_an_idle_cluster_waits_for_the_resume_the_policy_asked_to_plan_for() -> None:
-    # After the suspension nothing runs; the last event (a's void completion at 100)
-    # passes; the replay still comes back at 200 because the plan asked to.
+    # After the suspension nothing runs and no event is left (a's completion at 100 no
+    # longer happens); the replay still comes back at 200 because the plan asked to.
     result = run_alone({0: [launch("a")], 30: [suspend("a")], 200: [resume("a")]})
     assert by_id(result) == {"a": (0, 270)}
 
@@ -262,10 +262,11 @@ def test_a_job_left_suspended_is_released_at_the_end() -> None:
     steps: dict[float, list[Action]] = {0: [launch("a")], 30: [suspend("a")]}
     sim = Simulation(trace, ClusterShape(1, 1, None), script(steps, count, tick_s=50.0))
     result = sim.run()
-    # The ticks at 50 and 100 (also a's void completion) change nothing: the end.
-    # A suspension frees nothing the plan did not see: no second plan at 30.
-    assert calls == [0, 30, 50, 100]
-    assert result.end_s == 100
+    # The tick at 50 changes nothing: the end. a's completion as planned at its launch
+    # (100) no longer happens, and no plan is made there. A suspension frees nothing the
+    # plan did not see: no second plan at 30.
+    assert calls == [0, 30, 50]
+    assert result.end_s == 50
     [outcome] = result.jobs
     assert (outcome.state, outcome.finish_s, outcome.suspensions) == ("suspended", None, 1)
     assert summarize(result).never_finished == 1
