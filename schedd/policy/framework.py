@@ -47,6 +47,7 @@ from schedd.policy.snapshot import (
     Request,
     Shard,
     Snapshot,
+    holds_gpus,
     interned,
 )
 from schedd.policy.view import View
@@ -136,9 +137,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     for pending in stages.order(snapshot.pending, view):
         if resumed and pending.job_id in resumed:
             continue
-        # A pending job is never suspended nor packed: it holds GPUs of its own once
-        # started unless it is opportunistic (`holds_gpus`).
-        holds = pending.kind != OPPORTUNISTIC
+        holds = holds_gpus(pending)
         if blocker is None and (known := alike.wait(pending)) is not None:
             if holds:
                 result.waiting[pending.job_id] = known

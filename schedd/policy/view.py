@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from operator import mul
 
 from schedd.policy.placed_totals import placed_totals
 from schedd.policy.queues import QueueSpec, lineage, unconfigured
@@ -182,8 +181,7 @@ class View:
         return len(self.by_free) - 1
 
     def free_gpu_count(self) -> int:
-        by_free = self.by_free
-        return sum(map(mul, range(len(by_free)), map(len, by_free)))
+        return sum(i * len(bucket) for i, bucket in enumerate(self.by_free))
 
     # ---- the plan's decisions --------------------------------------------------
 

@@ -231,13 +231,16 @@ class Simulation:
         a preemption or move of an earlier attempt. No event reaches the live scheduler
         at their time, so no plan is made there: a replay plans when the live system
         would, and an instant with nothing in it would cost a plan for nothing."""
-        events, jobs = self.events, self.jobs
-        while events:
-            _, kind, _, seq, token = events[0]
-            job = jobs[seq]
-            if (job.timing if kind == _FINISH else job.attempt) == token:
-                return
+        events = self.events
+        while events and not self._still_due(events[0]):
             heapq.heappop(events)
+
+    def _still_due(self, event: Event) -> bool:
+        """Whether the event still happens: a completion not planned again since (the
+        job neither stopped nor sped up or slowed), the end of the job's attempt now."""
+        _, kind, _, seq, token = event
+        job = self.jobs[seq]
+        return (job.timing if kind == _FINISH else job.attempt) == token
 
     def _any_suspended(self) -> bool:
         return any(job.state == SUSPENDED for job in self.holding.values())
@@ -251,13 +254,13 @@ class Simulation:
 
     def _take_events(self, now: float) -> None:
         while self.events and self.events[0][0] <= now:
-            _, kind, _, seq, token = heapq.heappop(self.events)
+            event = heapq.heappop(self.events)
+            if not self._still_due(event):  # superseded by an event earlier this instant
+                continue
+            _, kind, _, seq, _ = event
             job = self.jobs[seq]
             if kind == _FINISH:
-                if job.timing == token:  # not stopped nor sped up or slowed since
-                    self._finish(job, now)
-            elif job.attempt != token:
-                continue
+                self._finish(job, now)
             elif kind == _PREEMPT_END:
                 self._end_preemption(job, now)
             else:
