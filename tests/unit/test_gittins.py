@@ -160,6 +160,25 @@ def test_it_looks_again_when_a_runner_falls_below_a_waiting_job() -> None:
     assert not preempted(plan) and plan.recheck_at == 10_000.25
 
 
+def test_it_looks_again_when_a_job_it_launches_falls_below_a_waiting_job() -> None:
+    """`first` starts now with no service; `second` waits at the index `first` had.
+    Past its first GPU-second `first` is worth less: the plan asks to look then. A job
+    the plan launches waits no more, so it is no waiting index to compare against."""
+    n = node("n", 1)
+    waiting = [pending("first", 1, at=1.0), pending("second", 1, at=2.0)]
+    snap = snapshot([n], waiting, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=0.0)
+    assert set(launches(plan)) == {"first"} and set(plan.waiting) == {"second"}
+    assert plan.recheck_at == 10_001.0
+    # Only a job of another queue waits (and never fits): nothing of `first`'s queue
+    # waits once it runs, so its index falling is no reason to look again.
+    alone = [pending("first", 1, at=1.0), pending("wide", 2, at=2.0, queue="other")]
+    snap = snapshot([n], alone, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=0.0)
+    assert set(launches(plan)) == {"first"} and set(plan.waiting) == {"wide"}
+    assert plan.recheck_at is None
+
+
 def test_the_simulator_rebuilds_its_history_only_as_it_grows() -> None:
     book = ServiceBook()
     for _ in range(MIN_SAMPLES - 1):

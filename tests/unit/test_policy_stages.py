@@ -197,6 +197,19 @@ def test_a_plan_waiting_on_young_victims_says_when_they_come_of_age() -> None:
     assert run("fifo", snap, now=10_000.0).recheck_at is None
 
 
+def test_a_job_the_plan_launches_counts_for_its_recheck_time() -> None:
+    """The plan that starts `first` leaves `second` waiting behind it: it is looked at
+    again when `first` comes of age, or (with no minimum run) drops a service queue,
+    though `first` is not placed yet in the snapshot the plan was made from."""
+    n = node("n", 1)
+    waiting = [pending("first", 1, at=1.0), pending("second", 1, at=2.0)]
+    plan = run("tiresias", snapshot([n], waiting), now=10_000.0, min_run_s=300.0)
+    assert set(launches(plan)) == {"first"} and set(plan.waiting) == {"second"}
+    assert plan.recheck_at == 10_300.0
+    plan = run("tiresias", snapshot([n], waiting), now=10_000.0, min_run_s=0.0)
+    assert plan.recheck_at == 13_200.0  # 1 GPU from 0 to the 3,200 GPU-s threshold
+
+
 def test_tiresias_looks_again_when_a_running_job_drops_a_service_queue() -> None:
     n = node("n", 2)
     # 2 GPUs at 3,000 GPU-s: it crosses the 3,200 GPU-s threshold 100 s from now.

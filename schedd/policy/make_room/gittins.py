@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Iterable
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
@@ -176,17 +177,25 @@ _best = Kept[dict[str, float]]()
 
 
 def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
-    """Per tenant queue, the highest index waiting."""
+    """Per tenant queue, the highest index waiting once the plan is made: of the
+    pending jobs, less those it launches (`View.launching`)."""
     pending = view.snapshot.pending
+    if view.launching:
+        launched = {j.job_id for j in view.launching}
+        return _highest_index((j for j in pending if j.job_id not in launched), learned)
     known = _best.get(pending, learned)
     if known is None:
-        best: dict[str, float] = {}
-        for waiter in pending:
-            value = learned.index(waiter.attained_s)
-            if value > best.get(waiter.queue, 0.0):
-                best[waiter.queue] = value
-        known = _best.put(best, pending, learned)
+        known = _best.put(_highest_index(pending, learned), pending, learned)
     return known
+
+
+def _highest_index(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for waiter in waiters:
+        value = learned.index(waiter.attained_s)
+        if value > best.get(waiter.queue, 0.0):
+            best[waiter.queue] = value
+    return best
 
 
 # Per tenant queue: its placed jobs' list (the same object while its jobs are), the best
@@ -224,6 +233,15 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
                 _queue_crossings[queue] = (jobs, waiting, learned, now, when)
             else:
                 _queue_crossings.pop(queue, None)
+        if when is not None and (earliest is None or when < earliest):
+            earliest = when
+    # The jobs this plan launches, as they will run: their crossings are found afresh.
+    launching: dict[str, list[PlacedJob]] = {}
+    for job in view.launching:
+        launching.setdefault(job.queue, []).append(job)
+    for queue, jobs in launching.items():
+        above = best.get(queue)
+        when = None if above is None else _queue_crossing(jobs, above, view, learned)[0]
         if when is not None and (earliest is None or when < earliest):
             earliest = when
     return earliest

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import chain
 
 from schedd.policy.make_room.victims import (
     Eviction,
@@ -61,11 +62,13 @@ def make_room(
 
 
 def recheck_at(view: View) -> float | None:
-    """When a running job next comes of age or drops to a lower 2D-LAS queue (its
-    service grows by its GPU count each second): either may open room for a waiting job."""
+    """When a running job (or one this plan launches) next comes of age or drops to a
+    lower 2D-LAS queue (its service grows by its GPU count each second): either may
+    open room for a waiting job."""
     thresholds = view.settings.las_thresholds_gpu_s
     times = []
-    for job, attained, above in placed_levels(view):
+    started = [(j, view.attained(j), level(j, view)) for j in view.launching]
+    for job, attained, above in chain(placed_levels(view), started):
         if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
             continue
         if above < len(thresholds):

@@ -117,7 +117,8 @@ _protection = Kept[tuple[float, list[float]]]()
 
 
 def protection_ends(view: View) -> float | None:
-    """The earliest time a running job, too young to preempt now, no longer is."""
+    """The earliest time a running job, too young to preempt now, no longer is: of the
+    placed jobs, or of those this plan launches (`View.launching`)."""
     placed = view.snapshot.placed
     min_run = view.settings.min_run_s
     known = _protection.get(placed)
@@ -130,7 +131,12 @@ def protection_ends(view: View) -> float | None:
         known = _protection.put((min_run, ends), placed)
     ends = known[1]
     i = bisect.bisect_right(ends, view.now)
-    return ends[i] if i < len(ends) else None
+    earliest = ends[i] if i < len(ends) else None
+    if view.launching and min_run > 0:  # all start now: they come of age together
+        mine = view.now + min_run
+        if earliest is None or mine < earliest:
+            earliest = mine
+    return earliest
 
 
 def known_to_fail(view: View, key: tuple[object, ...], rank: float) -> bool:
