@@ -180,13 +180,19 @@ def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
     """Per tenant queue, the highest index waiting once the plan is made: of the
     pending jobs, less those it launches (`View.launching`)."""
     pending = view.snapshot.pending
-    if view.launching:
-        launched = {j.job_id for j in view.launching}
-        return _highest_index((j for j in pending if j.job_id not in launched), learned)
     known = _best.get(pending, learned)
     if known is None:
         known = _best.put(_highest_index(pending, learned), pending, learned)
-    return known
+    if not view.launching:
+        return known
+    # Only the queues the plan launched in can have lost their best: found again there.
+    launched = {j.job_id for j in view.launching}
+    queues = {j.queue for j in view.launching}
+    best = {q: value for q, value in known.items() if q not in queues}
+    best |= _highest_index(
+        (j for j in pending if j.queue in queues and j.job_id not in launched), learned
+    )
+    return best
 
 
 def _highest_index(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, float]:
@@ -235,15 +241,17 @@ def _next_crossing(view: View, learned: GittinsTable) -> float | None:
                 _queue_crossings.pop(queue, None)
         if when is not None and (earliest is None or when < earliest):
             earliest = when
-    # The jobs this plan launches, as they will run: their crossings are found afresh.
-    launching: dict[str, list[PlacedJob]] = {}
-    for job in view.launching:
-        launching.setdefault(job.queue, []).append(job)
-    for queue, jobs in launching.items():
-        above = best.get(queue)
-        when = None if above is None else _queue_crossing(jobs, above, view, learned)[0]
-        if when is not None and (earliest is None or when < earliest):
-            earliest = when
+    # The jobs this plan launches run from now, from their earlier attempts' service.
+    for launched in view.launching:
+        above = best.get(launched.queue)
+        if above is None or launched.request.gpus <= 0:
+            continue
+        attained = launched.attained_s
+        at = learned.drops_below(attained, above, learned.steps_below(above))
+        if at is not None:
+            when = view.now + (at - attained) / launched.request.gpus
+            if earliest is None or when < earliest:
+                earliest = when
     return earliest
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from itertools import chain
 
 from schedd.policy.make_room.victims import (
     Eviction,
@@ -67,13 +66,17 @@ def recheck_at(view: View) -> float | None:
     open room for a waiting job."""
     thresholds = view.settings.las_thresholds_gpu_s
     times = []
-    started = [(j, view.attained(j), level(j, view)) for j in view.launching]
-    for job, attained, above in chain(placed_levels(view), started):
+    for job, attained, above in placed_levels(view):
         if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
             continue
         if above < len(thresholds):
             gap = thresholds[above] - attained
             times.append(view.now + gap / job.request.gpus)
+    for launched in view.launching:  # from its earlier attempts' service on, from now
+        above = level(launched, view)
+        if above < len(thresholds) and launched.request.gpus > 0:
+            gap = thresholds[above] - launched.attained_s
+            times.append(view.now + gap / launched.request.gpus)
     ends = protection_ends(view)
     if ends is not None:
         times.append(ends)
