@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_POINTS = 1024  # distinct service values kept: the table's cost is grid x points
 # Attained-service values at which the index is tabled: quantiles of the history, and
@@ -106,6 +106,15 @@ class GittinsTable:
     indices: tuple[float, ...]
     # suffix_min[i] = min(indices[i:]): whether a job could ever drop below a value.
     suffix_min: tuple[float, ...]
+    # `steps_below` by value: the values asked are the table's own indices (those of
+    # waiting jobs), so it holds one entry per step at most.
+    _below: dict[float, tuple[int, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    # `below_until` by value: for each step, the first later one not below it.
+    _ends: dict[float, tuple[int, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def index(self, attained: float) -> float:
         return self.indices[bisect.bisect_right(self.points, attained) - 1]
@@ -113,7 +122,12 @@ class GittinsTable:
     def steps_below(self, value: float) -> tuple[int, ...]:
         """The steps whose index is below `value`, ascending: `drops_below`'s work for
         one value, shared by every job compared with it."""
-        return tuple(i for i, index in enumerate(self.indices) if index < value)
+        known = self._below.get(value)
+        if known is None:
+            known = self._below[value] = tuple(
+                i for i, index in enumerate(self.indices) if index < value
+            )
+        return known
 
     def drops_below(
         self, attained: float, value: float, steps: tuple[int, ...] | None = None
@@ -125,6 +139,18 @@ class GittinsTable:
             return None
         below = self.steps_below(value) if steps is None else steps
         return self.points[below[bisect.bisect_left(below, i)]]
+
+    def below_until(self, attained: float, value: float) -> float | None:
+        """For a job whose index is below `value` at `attained`: the least service
+        beyond at which it no longer is, or None if it stays below."""
+        ends = self._ends.get(value)
+        if ends is None:
+            found = [len(self.points)] * len(self.points)
+            for i in range(len(self.points) - 2, -1, -1):
+                found[i] = i + 1 if self.indices[i + 1] >= value else found[i + 1]
+            ends = self._ends[value] = tuple(found)
+        end = ends[bisect.bisect_right(self.points, attained) - 1]
+        return self.points[end] if end < len(self.points) else None
 
 
 def table_for(

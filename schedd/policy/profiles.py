@@ -38,7 +38,7 @@ from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import gittins_sparing_urgent, reclaim, timeslice
 from schedd.policy.make_room import las as las_preemption
-from schedd.policy.make_room.victims import PlaceFn, protection_ends
+from schedd.policy.make_room.victims import PlaceFn
 from schedd.policy.order import (
     capacity,
     deadline,
@@ -109,7 +109,7 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
 # reclaim refuses victims only for their age: it looks again when one comes of age.
 RECHECKS: dict[str, RecheckFn] = {
-    "reclaim": protection_ends,
+    "reclaim": reclaim.recheck_at,
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
     "gittins_sparing_urgent": gittins_sparing_urgent.recheck_at,

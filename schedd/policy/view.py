@@ -74,9 +74,10 @@ class View:
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
     # (shards, expected end) of the jobs this plan starts, for reservations.
     launched: list[tuple[tuple[Shard, ...], float]] = field(default_factory=list)
-    # The jobs this plan launches that hold GPUs: a plan's recheck time counts them as
-    # running from now, as it counts the placed (they come of age, their service grows).
-    launching: list[PendingJob] = field(default_factory=list)
+    # The jobs this plan launches that hold GPUs, and where: a plan's recheck time counts
+    # them as running from now, as it counts the placed (they come of age, their
+    # service grows).
+    launching: list[tuple[PendingJob, tuple[Shard, ...]]] = field(default_factory=list)
     # Bumped by every decision that changes what the view says (take, stop, reserve,
     # suspend, resume, claim, mark):
     # an answer computed at one generation holds for as long as it stays the same.
@@ -214,7 +215,7 @@ class View:
             self._take_on(shard, part, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
         self.launched.append((shards, self.now + self.estimate(job)))
-        self.launching.append(job)
+        self.launching.append((job, shards))
 
     def _take_on(self, shard: Shard, part: Request, size: int | None) -> None:
         """Take the shard's GPUs, and `part`'s CPUs and memory, on its node, which moves

@@ -106,6 +106,25 @@ def test_the_index_is_at_least_one_over_the_mean(samples: list[float]) -> None:
 
 
 @given(
+    st.lists(st.sampled_from([1.0, 2.0, 5.0, 30.0, 400.0]), min_size=MIN_SAMPLES, max_size=80),
+    st.floats(0.0, 500.0),
+    st.integers(0, 200),
+)
+def test_below_until_is_where_a_scan_of_the_steps_finds_the_index_again(
+    samples: list[float], attained: float, pick: int
+) -> None:
+    table = table_for(ServiceHistory.of(samples))
+    assert table is not None
+    value = table.indices[pick % len(table.indices)]  # the values asked: waiting indices
+    if table.index(attained) >= value:
+        return  # asked only of a job below `value`
+    later = [
+        p for p, i in zip(table.points, table.indices, strict=True) if p > attained and i >= value
+    ]
+    assert table.below_until(attained, value) == (later[0] if later else None)
+
+
+@given(
     st.sampled_from([None, SHORT_OR_LONG, ALIKE, HEAVY_TAIL]),
     st.lists(st.floats(0.0, 1e6), min_size=1, max_size=20),
 )
@@ -177,6 +196,49 @@ def test_it_looks_again_when_a_job_it_launches_falls_below_a_waiting_job() -> No
     plan = run("default", snap, now=10_000.0, min_run_s=0.0)
     assert set(launches(plan)) == {"first"} and set(plan.waiting) == {"wide"}
     assert plan.recheck_at is None
+
+
+def test_it_looks_again_when_a_runner_below_a_waiting_job_comes_of_age() -> None:
+    """A young runner is no victim: the plan looks again when one is both below the
+    waiting index and of age, not at the earlier of the two."""
+    n = node("n", 1)
+    waiting = [pending("new", 1)]  # index 1/2
+    crossing_later = [placed("young", n, [0], attained_s=0.0, started_at=9_900.0)]
+    snap = snapshot([n], waiting, crossing_later, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=300.0)
+    assert not preempted(plan) and plan.recheck_at == 10_200.0  # crosses at 10,001
+    snap = snapshot([n], waiting, crossing_later, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=50.0)
+    assert plan.recheck_at == 10_001.0  # of age at 9,950, below at 10,001
+    below_already = [placed("young", n, [0], attained_s=1.0, started_at=9_950.0)]  # 1/3
+    snap = snapshot([n], waiting, below_already, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=300.0)
+    assert not preempted(plan) and plan.recheck_at == 10_250.0
+    # Past every run known its index is the least and stays so: below for good.
+    past_all = [placed("young", n, [0], attained_s=10.0, started_at=9_950.0)]
+    snap = snapshot([n], waiting, past_all, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=300.0)
+    assert not preempted(plan) and plan.recheck_at == 10_250.0
+
+
+def test_it_looks_again_when_victims_would_free_enough_gpus_on_one_node() -> None:
+    """A 2-GPU job waits; one GPU a node is held by another queue or falls below its
+    index at 10,000.5 (a), 10,000.75 (b) and 10,001 (c). b's makes two GPUs in all,
+    but only c's makes two on one node, which the job needs."""
+    n1, n2 = node("n1", 2), node("n2", 2)
+    held = [
+        placed("a", n1, [0], attained_s=0.5),
+        placed("other", n1, [1], queue="other"),
+        placed("b", n2, [0], attained_s=0.25),
+        placed("c", n2, [1], attained_s=0.0),
+    ]
+    snap = snapshot([n1, n2], [pending("new", 2)], held, service_history=SHORT_OR_LONG)
+    plan = run("default", snap, now=10_000.0, min_run_s=0.0)
+    assert not preempted(plan) and plan.recheck_at == 10_001.0
+    # A waiting job of one GPU could take a's at once when it falls below.
+    two = [pending("new", 2), pending("small", 1, at=1.0)]
+    snap = snapshot([n1, n2], two, held, service_history=SHORT_OR_LONG)
+    assert run("default", snap, now=10_000.0, min_run_s=0.0).recheck_at == 10_000.5
 
 
 def test_the_simulator_rebuilds_its_history_only_as_it_grows() -> None:

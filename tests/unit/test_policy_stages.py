@@ -197,6 +197,22 @@ def test_a_plan_waiting_on_young_victims_says_when_they_come_of_age() -> None:
     assert run("fifo", snap, now=10_000.0).recheck_at is None
 
 
+def test_young_jobs_coming_of_age_matter_only_to_a_queue_below_its_guarantee() -> None:
+    """Queue a waits holding its whole guarantee: it reclaims nothing, whenever b's
+    young jobs come of age. One GPU less and it takes back the one b borrowed once
+    they have (a queue below its guarantee with nothing waiting counts for nothing)."""
+    n = node("n", 8)
+    full = [placed(f"a{i}", n, [i], queue="a") for i in range(4)]
+    full += [placed(f"b{i}", n, [4 + i], queue="b", started_at=9_900.0) for i in range(4)]
+    snap = snapshot([n], [pending("a5", 1, queue="a")], full, queues=QUEUES)
+    assert run("drf", snap, now=10_000.0, min_run_s=300.0).recheck_at is None
+    borrowed = [*full[:3], placed("b4", n, [3], queue="b", started_at=9_900.0), *full[4:]]
+    snap = snapshot([n], [pending("a5", 1, queue="a")], borrowed, queues=QUEUES)
+    plan = run("drf", snap, now=10_000.0, min_run_s=300.0)
+    assert not preempted(plan) and plan.recheck_at == 10_200.0
+    assert preempted(run("drf", snap, now=10_200.0, min_run_s=300.0))
+
+
 def test_a_job_the_plan_launches_counts_for_its_recheck_time() -> None:
     """The plan that starts `first` leaves `second` waiting behind it: it is looked at
     again when `first` comes of age, or (with no minimum run) drops a service queue,

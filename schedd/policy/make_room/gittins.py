@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Iterable
 
 from schedd.policy.gittins import GittinsTable
@@ -26,11 +27,10 @@ from schedd.policy.make_room.victims import (
     leaving_jobs,
     placed_by_queue,
     protected,
-    protection_ends,
     remember_failure,
 )
 from schedd.policy.order.gittins import placed_rank, table
-from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
+from schedd.policy.snapshot import PendingJob, PlacedJob, Shard, holds_gpus
 from schedd.policy.view import View
 
 Row = tuple[float, float, str, PlacedJob]  # (rank negated, start negated, id, job)
@@ -173,117 +173,304 @@ def _reaches(job: PendingJob, view: View, rows: list[Row], below: int) -> bool:
     return scan.found is not None and scan.found <= below
 
 
-_best = Kept[dict[str, float]]()
+# What waits in a tenant queue: for each GPU count asked (an elastic job's least),
+# ascending, the highest index of a job asking that many or fewer; and every index
+# waiting, ascending.
+Waiting = tuple[tuple[tuple[int, float], ...], tuple[float, ...]]
+_waiting = Kept[dict[str, Waiting]]()
 
 
-def _best_waiting(view: View, learned: GittinsTable) -> dict[str, float]:
-    """Per tenant queue, the highest index waiting once the plan is made: of the
-    pending jobs, less those it launches (`View.launching`)."""
+def _waiting_by_queue(view: View, learned: GittinsTable) -> dict[str, Waiting]:
+    """What waits in each tenant queue once the plan is made: the pending jobs, less
+    those it launches (`View.launching`)."""
     pending = view.snapshot.pending
-    known = _best.get(pending, learned)
+    known = _waiting.get(pending, learned)
     if known is None:
-        known = _best.put(_highest_index(pending, learned), pending, learned)
+        known = _waiting.put(_summed(pending, learned), pending, learned)
     if not view.launching:
         return known
-    # Only the queues the plan launched in can have lost their best: found again there.
-    launched = {j.job_id for j in view.launching}
-    queues = {j.queue for j in view.launching}
-    best = {q: value for q, value in known.items() if q not in queues}
-    best |= _highest_index(
+    # Only the queues the plan launched in can have changed: found again there.
+    launched = {j.job_id for j, _ in view.launching}
+    queues = {j.queue for j, _ in view.launching}
+    waiting = {q: w for q, w in known.items() if q not in queues}
+    waiting |= _summed(
         (j for j in pending if j.queue in queues and j.job_id not in launched), learned
     )
-    return best
+    return waiting
 
 
-def _highest_index(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, float]:
-    best: dict[str, float] = {}
+def _summed(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, Waiting]:
+    by_size: dict[str, dict[int, float]] = {}
     for waiter in waiters:
         value = learned.index(waiter.attained_s)
-        if value > best.get(waiter.queue, 0.0):
-            best[waiter.queue] = value
-    return best
+        gpus = waiter.gpu_range[0] if waiter.gpu_range is not None else waiter.request.gpus
+        sizes = by_size.setdefault(waiter.queue, {})
+        if value > sizes.get(gpus, -1.0):
+            sizes[gpus] = value
+    summed: dict[str, Waiting] = {}
+    for queue, sizes in by_size.items():
+        best = -1.0
+        frontier = []
+        for gpus in sorted(sizes):
+            best = max(best, sizes[gpus])
+            frontier.append((gpus, best))
+        summed[queue] = (tuple(frontier), tuple(sorted(set(sizes.values()))))
+    return summed
 
 
-# Per tenant queue: its placed jobs' list (the same object while its jobs are), the best
-# waiting index and the table compared, when that was found, and the crossing found.
-_queue_crossings: dict[str, tuple[list[PlacedJob], float, GittinsTable, float, float | None]] = {}
+# A running job as the recheck sees it: its service now, GPUs, start and shards.
+Runner = tuple[float, int, float, tuple[Shard, ...]]
+# A runner that may be a victim: when next one, its position among the runners, its
+# shards, and until when it stays one (inf: for good).
+Victim = tuple[float, int, tuple[Shard, ...], float]
 
 
-def _next_crossing(view: View, learned: GittinsTable) -> float | None:
-    """When a running job's index next falls below the best waiting in its queue. A
-    running job whose service is counted from a fixed time (`attained_as_of`) gains
-    its GPU count per second, so that time is fixed while the queue's jobs, the table
-    and the best waiting index stay the same: a queue's answer is computed again only
-    when one changes or the time has passed."""
-    best = _best_waiting(view, learned)
+def _next_victim(view: View, learned: GittinsTable) -> float | None:
+    """When the jobs running in a queue may next be victims enough for a job waiting
+    there (`_queue_next`), the earliest over the queues."""
+    waiting = _waiting_by_queue(view, learned)
     now = view.now
     by_queue = placed_by_queue(view)
+    launching: dict[str, list[tuple[PendingJob, tuple[Shard, ...]]]] = {}
+    for job, shards in view.launching:
+        launching.setdefault(job.queue, []).append((job, shards))
+    free = _FreeSoon(view)
     earliest: float | None = None
-    for queue, waiting in best.items():
-        jobs = by_queue.get(queue)
-        if not jobs:
+    for queue, what in waiting.items():
+        jobs = by_queue.get(queue, [])
+        starting = launching.get(queue)
+        if not jobs and not starting:
             continue
-        hit = _queue_crossings.get(queue)
+        running = _kept_runners.get(queue)
         if (
-            hit is not None
-            and hit[0] is jobs
-            and hit[1] == waiting
-            and hit[2] is learned
-            and hit[3] <= now  # found from that time on, not before it
-            and (hit[4] is None or hit[4] > now)
+            running is None
+            or running.jobs is not jobs
+            or running.learned is not learned
+            or not running.fixed
+            or running.since > now  # found from that time on, not before it
         ):
-            when = hit[4]
-        else:
-            when, queue_fixed = _queue_crossing(jobs, waiting, view, learned)
-            if queue_fixed:
-                _queue_crossings[queue] = (jobs, waiting, learned, now, when)
-            else:
-                _queue_crossings.pop(queue, None)
+            running = _kept_runners[queue] = _Runners(jobs, view, learned)
+        # They run from now, from their earlier attempts' service.
+        extra = [(j.attained_s, j.request.gpus, now, shards) for j, shards in starting or ()]
+        when = _queue_next(running, extra, what, free, view)
         if when is not None and (earliest is None or when < earliest):
             earliest = when
-    # The jobs this plan launches run from now, from their earlier attempts' service.
-    for launched in view.launching:
-        above = best.get(launched.queue)
-        if above is None or launched.request.gpus <= 0:
-            continue
-        attained = launched.attained_s
-        at = learned.drops_below(attained, above, learned.steps_below(above))
-        if at is not None:
-            when = view.now + (at - attained) / launched.request.gpus
-            if earliest is None or when < earliest:
-                earliest = when
     return earliest
 
 
-def _queue_crossing(
-    jobs: list[PlacedJob], waiting: float, view: View, learned: GittinsTable
-) -> tuple[float | None, bool]:
-    """The earliest time one of the queue's running jobs falls below `waiting`, and
-    whether that time is fixed (every job's service counted from a fixed time)."""
-    steps = learned.steps_below(waiting)
+class _Runners:
+    """A queue's jobs that could be victims, with when each is next a victim of a job
+    waiting at an index and until when it stays one (`_victim_at`), by index. Kept
+    from plan to plan while the queue's jobs and the table are the same and every
+    job's service is counted from a fixed time (`fixed`): those times stay true as the
+    clock passes them, so a later plan finds again only the jobs that have stopped
+    being victims since, and what is kept gives what a fresh plan would."""
+
+    __slots__ = ("fixed", "jobs", "learned", "runners", "since", "victims")
+
+    def __init__(self, jobs: list[PlacedJob], view: View, learned: GittinsTable) -> None:
+        self.jobs = jobs
+        self.learned = learned
+        self.since = view.now  # the runners' service is as of then
+        self.runners: list[Runner] = []
+        # index -> (when found, the victims ascending)
+        self.victims: dict[float, tuple[float, list[Victim]]] = {}
+        self.fixed = True
+        for job in jobs:
+            if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
+                continue
+            if not holds_gpus(job):
+                continue  # never a victim: its crossing changes no plan
+            if job.attained_as_of is None or job.state != "running":
+                # Its service is as of now (or grows once it runs): the times move with
+                # the clock.
+                self.fixed = False
+            self.runners.append((view.attained(job), job.request.gpus, job.started_at, job.shards))
+
+    def now(self, view: View) -> list[Runner]:
+        """The runners with their service as of now."""
+        passed = view.now - self.since
+        if not passed:
+            return self.runners
+        return [(a + gpus * passed, gpus, started, on) for a, gpus, started, on in self.runners]
+
+    def victims_of(self, index: float, extra: list[Runner], view: View) -> list[Victim]:
+        """When each job (and each of `extra`) is next a victim of a job waiting at
+        `index`, earliest first."""
+        now = view.now
+        learned = self.learned
+        kept = self.victims.get(index) if self.fixed else None
+        if kept is None or kept[0] > now:
+            times = _victim_times(self.now(view), range(len(self.runners)), index, view, learned)
+        elif kept[0] == now:
+            times = kept[1]
+        else:
+            due = bisect.bisect_right(kept[1], (now, math.inf))
+            times = kept[1]
+            # Those due and no longer victims are found again; the others still are.
+            over = [k for _, k, _, until in times[:due] if until <= now]
+            if over:
+                staying = [v for v in times if v[0] > now or v[3] > now]
+                again = _victim_times(self.now(view), over, index, view, learned)
+                times = sorted(staying + again)
+        if self.fixed:
+            self.victims[index] = (now, times)
+        if not extra:
+            return times
+        more = _victim_times(extra, range(len(extra)), index, view, learned)
+        # Positions of `extra` come after the runners': no two victims are alike.
+        return sorted(times + [(at, len(self.runners) + k, on, end) for at, k, on, end in more])
+
+
+_kept_runners: dict[str, _Runners] = {}
+
+
+def _victim_times(
+    runners: list[Runner],
+    positions: Iterable[int],
+    index: float,
+    view: View,
+    learned: GittinsTable,
+) -> list[Victim]:
+    """The runners at `positions` that ever are victims of a job waiting at `index`:
+    when next, ascending."""
+    steps = learned.steps_below(index)
+    found = []
+    for k in positions:
+        attained, gpus, started, shards = runners[k]
+        times = _victim_at(attained, gpus, started, index, steps, view, learned)
+        if times is not None:
+            found.append((times[0], k, shards, times[1]))
+    found.sort()
+    return found
+
+
+def _queue_next(
+    running: _Runners, extra: list[Runner], waiting: Waiting, free: _FreeSoon, view: View
+) -> float | None:
+    """The earliest time after now a job waiting in the queue could preempt, with time
+    alone. A waiting job of index w and g GPUs needs victims (jobs of age below w) that
+    free, with the GPUs free, g on one node (or in all, for a gang across nodes); jobs
+    below a higher index with as many or fewer GPUs need no less, so each GPU count is
+    checked at the highest index asking it or fewer. Where that is met now already,
+    GPUs are not what holds the jobs back (a quota, CPUs, a job that waits for one
+    that is leaving): then whenever a running job next becomes a victim of any."""
+    now = view.now
     earliest: float | None = None
-    fixed = True
-    for job in jobs:
-        if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
-            continue
-        if not holds_gpus(job):
-            continue  # never a victim: its crossing changes no plan
-        if job.attained_as_of is None:
-            fixed = False  # its service is as of now: the time moves with the clock
-        attained = view.attained(job)
-        at = learned.drops_below(attained, waiting, steps)
-        if at is not None:
-            when = view.now + (at - attained) / job.request.gpus
-            if earliest is None or when < earliest:
-                earliest = when
-    return earliest, fixed
+    for gpus, index in waiting[0]:
+        at = _first_room(running.victims_of(index, extra, view), free, gpus)
+        if at is not None and at <= now:
+            return _next_new_victim(running.now(view) + extra, waiting[1], view, running.learned)
+        if at is not None and (earliest is None or at < earliest):
+            earliest = at
+    return earliest
+
+
+def _next_new_victim(
+    runners: list[Runner], indices: tuple[float, ...], view: View, learned: GittinsTable
+) -> float | None:
+    """The earliest time after now a running job becomes a victim of a waiting job it
+    is not one of now: it comes of age below one, or falls below the highest waiting
+    index it is not below yet (the lower ones it falls below later)."""
+    now = view.now
+    min_run = view.settings.min_run_s
+    earliest: float | None = None
+    for attained, gpus, started, _ in runners:
+        value = learned.index(attained)
+        of_age = started + min_run
+        times = []
+        if of_age > now and value < indices[-1]:
+            times.append(of_age)
+        above = bisect.bisect_right(indices, value) - 1  # the highest index <= its own
+        if above >= 0:
+            at = learned.drops_below(attained, indices[above])
+            if at is not None:
+                times.append(max(now + (at - attained) / gpus, of_age))
+        for at in times:
+            if earliest is None or at < earliest:
+                earliest = at
+    return earliest
+
+
+class _FreeSoon:
+    """The GPUs free in the plan's view, and those of jobs on their way out (stopped
+    before or by this plan), per node and in all: all a victim's GPUs could add to."""
+
+    __slots__ = ("by_node", "largest", "total")
+
+    def __init__(self, view: View) -> None:
+        self.by_node: dict[str, int] = {}
+        for count, nodes in enumerate(view.by_free):
+            if count:
+                for node_id in nodes:
+                    self.by_node[node_id] = count
+        stopping = view.stopping
+        for job in view.snapshot.placed:
+            if job.job_id in stopping:
+                for shard in job.shards:
+                    n = shard.node_id
+                    self.by_node[n] = self.by_node.get(n, 0) + len(shard.gpu_uuids)
+        self.total = sum(self.by_node.values())
+        snapshot = view.snapshot
+        # A job of more GPUs than this runs across nodes; of this many or fewer, on one.
+        self.largest = (
+            max(view.largest_node_gpus(), snapshot.largest_node_gpus)
+            if snapshot.multi_node
+            else 1 << 30
+        )
+
+
+def _first_room(victims: list[Victim], free: _FreeSoon, need: int) -> float | None:
+    """The earliest time the GPUs free and those of the jobs then victims (`victims`:
+    from when, earliest first, on which shards) make `need`: on one node for a job that
+    runs on one, in all for a gang across nodes; -inf if the free ones are enough
+    already. None: never, with the jobs running now."""
+    across = need > free.largest
+    if (free.total if across else max(free.by_node.values(), default=0)) >= need:
+        return -math.inf
+    by_node = dict(free.by_node)
+    total = free.total
+    for at, _, shards, _ in victims:
+        for shard in shards:
+            n = shard.node_id
+            by_node[n] = have = by_node.get(n, 0) + len(shard.gpu_uuids)
+            total += len(shard.gpu_uuids)
+            if (total if across else have) >= need:
+                return at
+    return None
+
+
+def _victim_at(
+    attained: float,
+    gpus: int,
+    started: float,
+    waiting: float,
+    steps: tuple[int, ...],
+    view: View,
+    learned: GittinsTable,
+) -> tuple[float, float] | None:
+    """The earliest time from now a job running on `gpus` since `started`, with
+    `attained` service now, is a victim of a job waiting at index `waiting` (no longer
+    too young, and its index below that), and until when it stays one (inf: for good).
+    None: never."""
+    now = view.now
+    at = max(now, started + view.settings.min_run_s)
+    service = attained + gpus * (at - now)
+    if learned.index(service) >= waiting:
+        beyond = learned.drops_below(service, waiting, steps)  # strictly more service
+        if beyond is None:
+            return None
+        at += (beyond - service) / gpus
+        service = beyond
+    end = learned.below_until(service, waiting)
+    return at, (math.inf if end is None else at + (end - service) / gpus)
 
 
 def recheck_at(view: View) -> float | None:
-    """When a running job next comes of age, or its index (which changes as its service
-    grows by its GPU count each second) falls below that of a job waiting in its queue."""
+    """When a running job's index (which changes as its service grows by its GPU count
+    each second) may next be below that of a job waiting in its queue with the job no
+    longer too young to preempt: only then can the answer change with time alone."""
     learned = table(view)
     if learned is None:
         return las.recheck_at(view)
-    times = [t for t in (_next_crossing(view, learned), protection_ends(view)) if t is not None]
-    return min(times, default=None)
+    return _next_victim(view, learned)

@@ -72,7 +72,7 @@ def recheck_at(view: View) -> float | None:
         if above < len(thresholds):
             gap = thresholds[above] - attained
             times.append(view.now + gap / job.request.gpus)
-    for launched in view.launching:  # from its earlier attempts' service on, from now
+    for launched, _ in view.launching:  # from its earlier attempts' service on, from now
         above = level(launched, view)
         if above < len(thresholds) and launched.request.gpus > 0:
             gap = thresholds[above] - launched.attained_s
