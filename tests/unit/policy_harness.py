@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hypothesis import strategies as st
+
 from schedd.policy import build
 from schedd.policy.actions import (
     Launch,
@@ -144,6 +146,17 @@ def snapshot(
 
 def preempted(plan: Plan) -> set[str]:
     return {a.job_id for a in plan.actions if isinstance(a, Preempt)}
+
+
+def draw_free_gpus(draw: st.DrawFn, free: list[list[int]]) -> tuple[int, list[int]] | None:
+    """A drawn node's position and some of its free GPUs' indices, taken out of `free`
+    (each node's free indices); None if that node has none left."""
+    k = draw(st.integers(0, len(free) - 1))
+    if not free[k]:
+        return None
+    take = free[k][: draw(st.integers(1, len(free[k])))]
+    free[k] = free[k][len(take) :]
+    return k, take
 
 
 def run(profile: str, snap: Snapshot, now: float = 0.0, **settings: Any) -> Plan:

@@ -31,7 +31,7 @@ from schedd.policy.snapshot import (
     Snapshot,
     holds_gpus,
 )
-from tests.unit.policy_harness import assert_valid, node, pending, placed
+from tests.unit.policy_harness import assert_valid, draw_free_gpus, node, pending, placed
 
 QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
 
@@ -55,11 +55,9 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     free = [list(range(len(n.gpus))) for n in nodes]
     running = []
     for j in range(draw(st.integers(0, 10))):
-        k = draw(st.integers(0, len(nodes) - 1))
-        if not free[k]:
+        if (drawn := draw_free_gpus(draw, free)) is None:
             continue
-        take = free[k][: draw(st.integers(1, len(free[k])))]
-        free[k] = free[k][len(take) :]
+        k, take = drawn
         running.append(
             placed(
                 f"r{j}",

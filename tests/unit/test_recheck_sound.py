@@ -21,7 +21,7 @@ from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.snapshot import PendingJob, PlacedJob, Snapshot
-from tests.unit.policy_harness import node, pending, placed
+from tests.unit.policy_harness import draw_free_gpus, node, pending, placed
 
 NOW = 10_000.0
 QUEUES = ("a", "b")
@@ -34,11 +34,9 @@ def cases(draw: st.DrawFn) -> tuple[Snapshot, float]:
     free = [list(range(len(n.gpus))) for n in nodes]
     running = []
     for j in range(draw(st.integers(0, 10))):
-        k = draw(st.integers(0, len(nodes) - 1))
-        if not free[k]:
+        if (drawn := draw_free_gpus(draw, free)) is None:
             continue
-        take = free[k][: draw(st.integers(1, len(free[k])))]
-        free[k] = free[k][len(take) :]
+        k, take = drawn
         started = NOW - draw(st.sampled_from([0.0, 30.0, 200.0, 5_000.0]))
         job = placed(
             f"r{j}",

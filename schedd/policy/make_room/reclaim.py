@@ -7,7 +7,6 @@ run since start or last checkpoint) go first, and none younger than `min_run_s`.
 
 from __future__ import annotations
 
-from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import (
     Eviction,
     PlaceFn,
@@ -74,18 +73,15 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     )
 
 
-_waiting_queues = Kept[frozenset[str]]()
-
-
 def recheck_at(view: View) -> float | None:
     """When a running job comes of age, while a queue with jobs waiting holds less
     than its guarantee: only then can a reclaim come with time alone (what a queue
     holds changes only at events: a launch, an end)."""
-    pending = view.snapshot.pending
-    queues = _waiting_queues.get(pending)
-    if queues is None:
-        queues = _waiting_queues.put(frozenset(j.queue for j in pending), pending)
-    for name in queues:
-        if view.allocated.get(name, NOTHING).gpus < view.queue(name).guarantee.gpus:
-            return protection_ends(view)
+    below = {
+        name
+        for name, spec in view.queues.items()
+        if view.allocated.get(name, NOTHING).gpus < spec.guarantee.gpus
+    }
+    if below and any(j.queue in below for j in view.snapshot.pending):
+        return protection_ends(view)
     return None
