@@ -107,7 +107,8 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "timeslice": timeslice.make_room,
 }
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
-# reclaim refuses victims only for their age: it looks again when one comes of age.
+# reclaim refuses victims only for their age: it looks again when one comes of age, while
+# a queue below its guarantee has jobs waiting.
 RECHECKS: dict[str, RecheckFn] = {
     "reclaim": reclaim.recheck_at,
     "las": las_preemption.recheck_at,
