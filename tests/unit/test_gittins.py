@@ -241,6 +241,50 @@ def test_it_looks_again_when_victims_would_free_enough_gpus_on_one_node() -> Non
     assert run("default", snap, now=10_000.0, min_run_s=0.0).recheck_at == 10_000.5
 
 
+# Most jobs take 5 GPU-seconds, one 60 and one 4,000: a job past 60 is ranked below
+# nearly everything, and one at 2,000 waits at a far lower index than a newcomer.
+ONE_LONG = ServiceHistory.of([5.0] * 38 + [60.0, 4_000.0])
+
+
+def test_where_the_best_waiting_job_is_held_back_by_more_than_gpus_a_lower_one_counts() -> None:
+    """`hungry` (the highest index) asks more CPUs than the node has: freeing GPUs does
+    nothing for it. `long` waits at a far lower index: `r1`, above it now, falls below
+    it past 60 GPU-seconds, and `long` may then preempt it: the plan looks again then."""
+    n = node("n", 1)
+    runner = placed("r1", n, [0], attained_s=40.0, started_at=9_000.0)
+    held = [dataclasses.replace(runner, attained_as_of=10_000.0)]  # grows from now on
+    waiting = [
+        pending("hungry", 1, cpus=1_000),
+        pending("long", 1, at=1.0, attained_s=2_000.0),
+    ]
+    learned = table_for(ONE_LONG)
+    assert learned is not None
+    below = learned.drops_below(40.0, learned.index(2_000.0))
+    assert below is not None
+    snap = snapshot([n], waiting, held, service_history=ONE_LONG)
+    plan = run("default-guaranteed", snap, now=10_000.0, min_run_s=0.0)
+    assert not preempted(plan) and plan.recheck_at == 10_000.0 + (below - 40.0)
+    later = run("default-guaranteed", snap, now=plan.recheck_at, min_run_s=0.0)
+    assert preempted(later) == {"r1"}
+
+
+def test_gpus_of_jobs_on_their_way_out_count_toward_room() -> None:
+    """`wide` needs both GPUs of the node: one is freed by a job already leaving, the
+    other by `r1` once it falls below `wide`'s index (past 5 GPU-seconds)."""
+    n = node("n", 2)
+    held = [
+        placed("leaving", n, [0], state="preempting"),
+        placed("r1", n, [1], attained_s=4.0, started_at=9_000.0),
+    ]
+    snap = snapshot([n], [pending("wide", 2)], held, service_history=ONE_LONG)
+    learned = table_for(ONE_LONG)
+    assert learned is not None
+    below = learned.drops_below(4.0, learned.index(0.0))
+    assert below is not None
+    plan = run("default-guaranteed", snap, now=10_000.0, min_run_s=0.0)
+    assert not preempted(plan) and plan.recheck_at == 10_000.0 + (below - 4.0)
+
+
 def test_the_simulator_rebuilds_its_history_only_as_it_grows() -> None:
     book = ServiceBook()
     for _ in range(MIN_SAMPLES - 1):

@@ -201,12 +201,14 @@ def _waiting_by_queue(view: View, learned: GittinsTable) -> dict[str, Waiting]:
 
 def _summed(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, Waiting]:
     by_size: dict[str, dict[int, float]] = {}
+    indices: dict[str, set[float]] = {}
     for waiter in waiters:
         value = learned.index(waiter.attained_s)
         gpus = waiter.gpu_range[0] if waiter.gpu_range is not None else waiter.request.gpus
         sizes = by_size.setdefault(waiter.queue, {})
         if value > sizes.get(gpus, -1.0):
             sizes[gpus] = value
+        indices.setdefault(waiter.queue, set()).add(value)
     summed: dict[str, Waiting] = {}
     for queue, sizes in by_size.items():
         best = -1.0
@@ -214,7 +216,7 @@ def _summed(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, W
         for gpus in sorted(sizes):
             best = max(best, sizes[gpus])
             frontier.append((gpus, best))
-        summed[queue] = (tuple(frontier), tuple(sorted(set(sizes.values()))))
+        summed[queue] = (tuple(frontier), tuple(sorted(indices[queue])))
     return summed
 
 
