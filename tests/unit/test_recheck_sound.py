@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedd.policy import build
@@ -119,7 +119,6 @@ def test_no_preemption_comes_before_the_recheck_time(
     until = first.recheck_at if first.recheck_at is not None else NOW + 1_000_000.0
     later = NOW + share * (until - NOW)
     assume(later < until)  # at the recheck time itself the answer may change
-    event(f"{name}: recheck {'set' if first.recheck_at is not None else 'none'}")
     second = profile.plan(_after(snap, first), later)
     preempted = [a.job_id for a in second.actions if isinstance(a, Preempt)]
     if min_run_s == 0:
