@@ -1,4 +1,5 @@
-"""What the placed jobs of a snapshot hold, per node and per (queue, user), kept between plans.
+"""What the placed jobs of a snapshot hold, per node and per (queue, user), and which jobs
+each tenant queue has, kept between plans.
 
 Every plan starts from each node's free capacity and each queue's and user's holdings.
 Counting them walks every shard of every placed job: on a busy simulated cluster that was
@@ -15,7 +16,9 @@ and a plan returns what it would without it. Not thread-safe: plan() runs on one
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from operator import is_
 
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
@@ -64,6 +67,12 @@ class PlacedTotals:
     by_user: dict[UserKey, dict[int, Request]] = field(default_factory=dict)  # stoppable only
     held: dict[UserKey, Resources] = field(default_factory=dict)
     leaving: dict[int, str] = field(default_factory=dict)  # id(job) -> job id, not stoppable
+    unstoppable: int = 0  # jobs that hold GPUs and are not stoppable (leaving or moving)
+    # Each tenant queue's placed jobs: those kept from the last snapshot in its order,
+    # then those new in this one's. A list is replaced, never changed in place, and a
+    # queue whose jobs stayed the same keeps its list object (what `make_room.gittins`
+    # keeps per queue survives changes in other queues).
+    by_queue: dict[str, list[PlacedJob]] = field(default_factory=dict)
     total: Resources = NOTHING
 
     # ---- what a View takes: new dicts of shared entries, copied on write --------------
@@ -85,22 +94,48 @@ class PlacedTotals:
     def update(self, nodes: tuple[Node, ...], placed: tuple[PlacedJob, ...]) -> None:
         if placed is self.placed and nodes is self.nodes:
             return
-        current = {id(j): j for j in placed}
+        current = dict(zip(map(id, placed), placed, strict=True))
+        before = self.by_queue
         if nodes is not self.nodes:
             self._reset(nodes)
-            gone: list[int] = []
+            gone: Collection[int] = ()
         else:
-            gone = [i for i in self.members if i not in current]
+            gone = self.members.keys() - current.keys()
             if 2 * (len(gone) + len(current) - (len(self.members) - len(gone))) > len(current):
                 self._reset(nodes)  # mostly new objects: a fresh count is cheaper
-                gone = []
+                gone = ()
         touched_nodes: set[str] = set()
         touched_users: set[UserKey] = set()
+        joining: dict[str, list[PlacedJob]] = {self.members[i].queue: [] for i in gone}
         for i in gone:
             self._drop(i, touched_nodes, touched_users)
-        for i, job in current.items():
-            if i not in self.members:
+        new = len(current) - len(self.members)  # the members left: those staying
+        if new:
+            # In the order of the snapshot, as a fresh count takes them (each node's parts
+            # are summed in that order); new objects come last, mostly.
+            added = []
+            for i, job in reversed(current.items()):
+                if i not in self.members:
+                    added.append((i, job))
+                    if len(added) == new:
+                        break
+            for i, job in reversed(added):
                 self._add(i, job, touched_nodes, touched_users)
+                joining.setdefault(job.queue, []).append(job)
+        if joining:
+            by_queue = dict(self.by_queue)
+            for queue, coming in joining.items():
+                staying = [j for j in by_queue.get(queue, ()) if id(j) not in gone]
+                if staying or coming:
+                    by_queue[queue] = staying + coming
+                else:
+                    del by_queue[queue]
+            if before is not self.by_queue:  # counted afresh: lists that did not change stay
+                for queue, jobs in by_queue.items():
+                    old = before.get(queue)
+                    if old is not None and len(old) == len(jobs) and all(map(is_, old, jobs)):
+                        by_queue[queue] = old
+            self.by_queue = by_queue
         self.members = current
         self.placed = placed
         for node_id in touched_nodes:
@@ -118,6 +153,8 @@ class PlacedTotals:
         self.by_user = {}
         self.held = {}
         self.leaving = {}
+        self.unstoppable = 0
+        self.by_queue = {}
         self.free = {n.node_id: FreeCapacity(n, usable(n), n.cpus, n.memory_mib) for n in nodes}
         self.total = Resources(
             sum(len(n.gpus) for n in nodes),
@@ -143,6 +180,8 @@ class PlacedTotals:
             nodes.add(shard.node_id)
         if not holds_gpus(job):
             return  # no share of its queue's, and nothing a guaranteed job waits for
+        if not job.stoppable:
+            self.unstoppable += 1
         if job.stoppable or job.state == MIGRATING:  # a move goes on running after it
             key = (job.queue, job.user)
             self.by_user.setdefault(key, {})[i] = job.request
@@ -160,6 +199,8 @@ class PlacedTotals:
         key = (job.queue, job.user)
         if not holds_gpus(job):
             return
+        if not job.stoppable:
+            self.unstoppable -= 1
         if self.leaving.pop(i, None) is None:
             del self.by_user[key][i]
             users.add(key)

@@ -62,6 +62,8 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
             j.job_id for j in jobs if not j.stoppable and holds_gpus(j) and j.state != MIGRATING
         },
         "shared": {n: gpus for n, gpus in shared.items() if n in {x.node_id for x in nodes}},
+        "unstoppable": sum(1 for j in jobs if holds_gpus(j) and not j.stoppable),
+        "by_queue": {q: {id(j) for j in jobs if j.queue == q} for q in {j.queue for j in jobs}},
     }
 
 
@@ -75,6 +77,8 @@ def kept(totals: PlacedTotals) -> dict[str, object]:
         "sizes": totals.gpu_sizes(),
         "leaving": totals.leaving_ids(),
         "shared": totals.shared_gpus(),
+        "unstoppable": totals.unstoppable,
+        "by_queue": {q: {id(j) for j in js} for q, js in totals.by_queue.items()},
     }
 
 
@@ -120,7 +124,8 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
             taken = {u for j in jobs for u in j.gpu_uuids}
             free = [g.index for g in on.gpus if g.uuid not in taken][:gpus]
             if free:
-                jobs.append(placed(f"j{n}", on, free, cpus, 1000 * gpus, user=user))
+                queue = "q" if cpus == 4.0 else "default"
+                jobs.append(placed(f"j{n}", on, free, cpus, 1000 * gpus, user=user, queue=queue))
         elif what == "share":  # an opportunistic job, on GPUs no other one shares
             on = nodes[node_index]
             taken = {u for j in jobs if not holds_gpus(j) for u in j.gpu_uuids}
@@ -151,6 +156,7 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
         snapshot = tuple(jobs)
         totals.update(nodes, snapshot)
         assert kept(totals) == recount(nodes, snapshot)
+        assert all(len(js) == len({id(j) for j in js}) for js in totals.by_queue.values())
 
 
 def test_a_job_on_a_node_that_is_away_takes_nothing_from_the_nodes_there_are() -> None:

@@ -61,17 +61,20 @@ class _Ranking:
             for key, job in current.items():
                 if key not in self.held:
                     self._rank(key, job, view)
-            self.expiry = [(until, key) for key, (_, _, until) in self.held.items()]
-            heapq.heapify(self.expiry)
+            if len(self.expiry) > 2 * len(self.held) + 64:  # mostly stale: rebuilt
+                self.expiry = [(until, key) for key, (_, _, until) in self.held.items()]
+                heapq.heapify(self.expiry)
             self.jobs = jobs
         expiry = self.expiry
-        stale = []
+        # By id: a job's entry and that of a job gone before it, whose id it took, may
+        # both be due.
+        stale: dict[int, tuple[PlacedJob, Row, float]] = {}
         while expiry and expiry[0][0] <= now:
             until, key = heapq.heappop(expiry)
             held = self.held.get(key)
             if held is not None and held[2] == until:  # not found again since
-                stale.append((key, held))
-        for key, (job, row, _) in stale:  # after the pops: a rank may hold for `now` only
+                stale[key] = held
+        for key, (job, row, _) in stale.items():  # after the pops: a rank may hold for now only
             _drop(self.rows, row)
             self._rank(key, job, view)
         self.since = now
@@ -222,9 +225,11 @@ def _summed(waiters: Iterable[PendingJob], learned: GittinsTable) -> dict[str, W
 
 # A running job as the recheck sees it: its service now, GPUs, start and shards.
 Runner = tuple[float, int, float, tuple[Shard, ...]]
-# A runner that may be a victim: when next one, its position among the runners, its
+# A runner that may be a victim: when next one, its key (unique in the queue), its
 # shards, and until when it stays one (inf: for good).
 Victim = tuple[float, int, tuple[Shard, ...], float]
+# A kept victim list: when found, the next key and removals then, the victims.
+_KeptVictims = tuple[float, int, int, list[Victim]]
 
 
 def _next_victim(view: View, learned: GittinsTable) -> float | None:
@@ -244,14 +249,9 @@ def _next_victim(view: View, learned: GittinsTable) -> float | None:
         if not jobs and not starting:
             continue
         running = _kept_runners.get(queue)
-        if (
-            running is None
-            or running.jobs is not jobs
-            or running.learned is not learned
-            or not running.fixed
-            or running.since > now  # found from that time on, not before it
-        ):
-            running = _kept_runners[queue] = _Runners(jobs, view, learned)
+        if running is None or running.learned is not learned:
+            running = _kept_runners[queue] = _Runners(learned)
+        running.update(jobs)
         # They run from now, from their earlier attempts' service.
         extra = [(j.attained_s, j.request.gpus, now, shards) for j, shards in starting or ()]
         when = _queue_next(running, extra, what, free, view)
@@ -263,83 +263,134 @@ def _next_victim(view: View, learned: GittinsTable) -> float | None:
 class _Runners:
     """A queue's jobs that could be victims, with when each is next a victim of a job
     waiting at an index and until when it stays one (`_victim_at`), by index. Kept
-    from plan to plan while the queue's jobs and the table are the same and every
-    job's service is counted from a fixed time (`fixed`): those times stay true as the
-    clock passes them, so a later plan finds again only the jobs that have stopped
-    being victims since, and what is kept gives what a fresh plan would."""
+    from plan to plan while the table is the same, and mended as the queue's jobs
+    change: a job's times are kept while its snapshot object is the same and its
+    service is counted from a fixed time (it runs: `attained_as_of`), since those
+    times stay true as the clock passes them. A later plan finds again only the jobs
+    that have come or stopped being victims since, and what is kept gives what a fresh
+    plan would. A job whose service is given as of now (leaving, suspended) is found
+    again each plan (`loose`)."""
 
-    __slots__ = ("fixed", "jobs", "learned", "runners", "since", "victims")
+    __slots__ = (
+        "by_id",
+        "jobs",
+        "keys",
+        "learned",
+        "loose",
+        "next_key",
+        "removed",
+        "runs",
+        "victims",
+    )
 
-    def __init__(self, jobs: list[PlacedJob], view: View, learned: GittinsTable) -> None:
-        self.jobs = jobs
+    def __init__(self, learned: GittinsTable) -> None:
         self.learned = learned
-        self.since = view.now  # the runners' service is as of then
-        self.runners: list[Runner] = []
-        # index -> (when found, the victims ascending)
-        self.victims: dict[float, tuple[float, list[Victim]]] = {}
-        self.fixed = True
-        for job in jobs:
-            if job.started_at is None or not job.stoppable or job.request.gpus <= 0:
+        self.jobs: list[PlacedJob] | None = None  # the list object last mended for
+        self.by_id: dict[int, tuple[PlacedJob, int]] = {}  # id(job) -> (job, key)
+        # key -> (service as of `attained_as_of`, that time, GPUs, start, shards)
+        self.runs: dict[int, tuple[float, float, int, float, tuple[Shard, ...]]] = {}
+        self.keys: list[int] = []  # ascending, as given; some removed since
+        self.next_key = 0
+        self.removed = 0  # keys removed so far
+        self.loose: list[Runner] = []
+        self.victims: dict[float, _KeptVictims] = {}
+
+    def update(self, jobs: list[PlacedJob]) -> None:
+        if jobs is self.jobs:
+            return
+        self.jobs = jobs
+        current = {id(job): job for job in jobs}
+        by_id = self.by_id
+        for key in [k for k, (job, _) in by_id.items() if current.get(k) is not job]:
+            del self.runs[by_id.pop(key)[1]]
+            self.removed += 1
+        self.loose = []
+        for key, job in current.items():
+            started = job.started_at
+            if key in by_id or started is None or not job.stoppable or job.request.gpus <= 0:
                 continue
             if not holds_gpus(job):
                 continue  # never a victim: its crossing changes no plan
+            gpus = job.request.gpus
             if job.attained_as_of is None or job.state != "running":
-                # Its service is as of now (or grows once it runs): the times move with
-                # the clock.
-                self.fixed = False
-            self.runners.append((view.attained(job), job.request.gpus, job.started_at, job.shards))
+                # Its service is as of now (the view's too), or grows once it runs.
+                self.loose.append((job.attained_s, gpus, started, job.shards))
+                continue
+            by_id[key] = (job, self.next_key)
+            self.runs[self.next_key] = (
+                job.attained_s,
+                job.attained_as_of,
+                gpus,
+                started,
+                job.shards,
+            )
+            self.keys.append(self.next_key)
+            self.next_key += 1
+        if len(self.keys) > 2 * len(self.runs) + 64:
+            self.keys = list(self.runs)
 
-    def now(self, view: View) -> list[Runner]:
-        """The runners with their service as of now."""
-        passed = view.now - self.since
-        if not passed:
-            return self.runners
-        return [(a + gpus * passed, gpus, started, on) for a, gpus, started, on in self.runners]
+    def now(self, view: View, keys: Iterable[int] | None = None) -> list[tuple[int, Runner]]:
+        """The kept runners (those of `keys`, or all) with their service as of now."""
+        now = view.now
+        runs = self.runs
+        found = []
+        for key in runs if keys is None else keys:
+            attained, as_of, gpus, started, on = runs[key]
+            if now > as_of:
+                attained += gpus * (now - as_of)
+            found.append((key, (attained, gpus, started, on)))
+        return found
+
+    def others(self, extra: list[Runner]) -> list[Runner]:
+        """The runners found again each plan, with `extra`."""
+        return self.loose + extra if self.loose else extra
 
     def victims_of(self, index: float, extra: list[Runner], view: View) -> list[Victim]:
         """When each job (and each of `extra`) is next a victim of a job waiting at
         `index`, earliest first."""
         now = view.now
         learned = self.learned
-        kept = self.victims.get(index) if self.fixed else None
+        kept = self.victims.get(index)
         if kept is None or kept[0] > now:
-            times = _victim_times(self.now(view), range(len(self.runners)), index, view, learned)
-        elif kept[0] == now:
-            times = kept[1]
+            times = _victim_times(self.now(view), index, view, learned)
         else:
-            due = bisect.bisect_right(kept[1], (now, math.inf))
-            times = kept[1]
-            # Those due and no longer victims are found again; the others still are.
-            over = [k for _, k, _, until in times[:due] if until <= now]
-            if over:
-                staying = [v for v in times if v[0] > now or v[3] > now]
-                again = _victim_times(self.now(view), over, index, view, learned)
-                times = sorted(staying + again)
-        if self.fixed:
-            self.victims[index] = (now, times)
-        if not extra:
+            found, added, removed, times = kept
+            if removed != self.removed:
+                runs = self.runs
+                times = [v for v in times if v[1] in runs]
+            if found < now:
+                due = bisect.bisect_right(times, (now, math.inf))
+                # Those due and no longer victims are found again; the others still are.
+                over = [k for _, k, _, until in times[:due] if until <= now]
+                if over:
+                    staying = [v for v in times if v[0] > now or v[3] > now]
+                    again = _victim_times(self.now(view, over), index, view, learned)
+                    times = sorted(staying + again)
+            if added != self.next_key:
+                keys = self.keys
+                new = [k for k in keys[bisect.bisect_left(keys, added) :] if k in self.runs]
+                if new:
+                    times = sorted(times + _victim_times(self.now(view, new), index, view, learned))
+        self.victims[index] = (now, self.next_key, self.removed, times)
+        others = self.others(extra)
+        if not others:
             return times
-        more = _victim_times(extra, range(len(extra)), index, view, learned)
-        # Positions of `extra` come after the runners': no two victims are alike.
-        return sorted(times + [(at, len(self.runners) + k, on, end) for at, k, on, end in more])
+        # Keys of the others come below the runners': no two victims are alike.
+        more = _victim_times(list(enumerate(others, 1)), index, view, learned)
+        return sorted(times + [(at, -k, on, end) for at, k, on, end in more])
 
 
 _kept_runners: dict[str, _Runners] = {}
 
 
 def _victim_times(
-    runners: list[Runner],
-    positions: Iterable[int],
-    index: float,
-    view: View,
-    learned: GittinsTable,
+    runners: list[tuple[int, Runner]], index: float, view: View, learned: GittinsTable
 ) -> list[Victim]:
-    """The runners at `positions` that ever are victims of a job waiting at `index`:
-    when next, ascending."""
+    """The runners (by key) that ever are victims of a job waiting at `index`: when
+    next, ascending."""
     steps = learned.steps_below(index)
     found = []
-    for k in positions:
-        attained, gpus, started, shards = runners[k]
+    for k, (attained, gpus, started, shards) in runners:
         times = _victim_at(attained, gpus, started, index, steps, view, learned)
         if times is not None:
             found.append((times[0], k, shards, times[1]))
@@ -362,7 +413,8 @@ def _queue_next(
     for gpus, index in waiting[0]:
         at = _first_room(running.victims_of(index, extra, view), free, gpus)
         if at is not None and at <= now:
-            return _next_new_victim(running.now(view) + extra, waiting[1], view, running.learned)
+            runners = [r for _, r in running.now(view)] + running.others(extra)
+            return _next_new_victim(runners, waiting[1], view, running.learned)
         if at is not None and (earliest is None or at < earliest):
             earliest = at
     return earliest
@@ -407,7 +459,7 @@ class _FreeSoon:
                 for node_id in nodes:
                     self.by_node[node_id] = count
         stopping = view.stopping
-        for job in view.snapshot.placed:
+        for job in view.snapshot.placed if stopping else ():
             if job.job_id in stopping:
                 for shard in job.shards:
                     n = shard.node_id

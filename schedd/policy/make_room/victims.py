@@ -5,9 +5,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from operator import is_
 
 from schedd.policy.kept import Kept
+from schedd.policy.placed_totals import placed_totals
 from schedd.policy.placement import NoFit, Placement, needs_spreading
 from schedd.policy.snapshot import (
     PendingJob,
@@ -54,9 +54,11 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
     key = ("leaving",)
     known = view.memo.get(key)
     if known is None:
+        # Counted as the totals are kept: most snapshots have none to look for.
+        some = placed_totals(view.snapshot).unstoppable
         known = view.memo[key] = [
             piece
-            for j in view.snapshot.placed
+            for j in (view.snapshot.placed if some else ())
             if not j.stoppable and holds_gpus(j)
             for piece in _freed_pieces(j)
         ]
@@ -81,26 +83,9 @@ def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
     return pieces
 
 
-_by_queue = Kept[dict[str, list[PlacedJob]]]()
-
-
 def placed_by_queue(view: View) -> dict[str, list[PlacedJob]]:
-    """The placed jobs of each tenant queue, in snapshot order. A queue whose jobs are
-    the very objects of the last snapshot's keeps the same list object, so that what
-    is kept per queue list (`make_room.gittins`) survives changes in other queues."""
-    placed = view.snapshot.placed
-    known = _by_queue.get(placed)
-    if known is None:
-        known = {}
-        for job in placed:
-            known.setdefault(job.queue, []).append(job)
-        previous = _by_queue.last() or {}
-        for queue, jobs in known.items():
-            before = previous.get(queue)
-            if before is not None and len(before) == len(jobs) and all(map(is_, before, jobs)):
-                known[queue] = before
-        _by_queue.put(known, placed)
-    return known
+    """The placed jobs of each tenant queue (`PlacedTotals.by_queue`)."""
+    return placed_totals(view.snapshot).by_queue
 
 
 def by_work_at_risk(view: View) -> list[PlacedJob]:
