@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Shard
 from schedd.policy.view import View
@@ -76,7 +77,12 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
-    return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
+    # Nothing shared on the node (mostly): by index alone, as `unshared_first` would.
+    key = unshared_first(view, node_id) if node_id in view.shared else _BY_INDEX
+    return tuple(g.uuid for g in sorted(gpus, key=key)[: request.gpus])
+
+
+_BY_INDEX = attrgetter("index")
 
 
 def enough_cpus(free: float, asked: float) -> bool:

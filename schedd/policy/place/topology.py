@@ -32,7 +32,10 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         # Affinity is a dict lookup and a fit check is not: rank a slice of the bucket by
         # affinity (ties in bucket order), then check fits in that order.
         scan = list(islice(bucket, AFFINITY_SCAN))
-        ranked = sorted(scan, key=lambda n: -sizes.get(n, {}).get(gpus, 0))
+        affinity = [on.get(gpus, 0) if (on := sizes.get(n)) else 0 for n in scan]
+        ranked = scan  # all alike (an idle cluster's): in bucket order
+        if any(affinity):  # a stable sort: ties in bucket order
+            ranked = [scan[i] for i in sorted(range(len(scan)), key=lambda i: -affinity[i])]
         # The rest lazily: the first node tried mostly takes the job, and the bucket of
         # an idle cluster holds every node (nothing changes it until the job returns).
         for node_id in chain(ranked, islice(bucket, AFFINITY_SCAN, None)):
