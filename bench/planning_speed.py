@@ -8,7 +8,7 @@ kinds over time makes the waiting ones opportunistic in that plan; for those a s
 row ("+ backlog opportunistic") times the plan of the cycle after, with the kinds
 applied: the steady state of a backlog, each such job tried as guaranteed and then on
 shareable GPUs. Pure CPU, no I/O: the figure is the policy's own cost, as the live
-scheduler and the simulator pay it.
+scheduler pays it (each run plans new objects, as it reads them from the store).
 
     .venv/bin/python bench/planning_speed.py [--profiles default,fifo] [--runs 5]
 """
@@ -134,13 +134,13 @@ def timed(prof: policy.Profile, window: Snapshot, name: str, label: str, runs: i
     times = []
     plan = None
     for _ in range(runs):
-        # New tuples each run, as the live scheduler builds each cycle: what the policy
-        # keeps between plans of the same objects (the simulator's case) must not
-        # flatter a cycle here.
+        # New objects each run, as the live scheduler reads them from the store each
+        # cycle: what the policy keeps between plans of the same objects (the
+        # simulator's case) must not flatter a cycle here.
         fresh = Snapshot(
-            tuple(list(window.nodes)),
-            tuple(list(window.placed)),
-            tuple(list(window.pending)),
+            tuple(dataclasses.replace(n) for n in window.nodes),
+            tuple(dataclasses.replace(j) for j in window.placed),
+            tuple(dataclasses.replace(j) for j in window.pending),
             queues=window.queues,
         )
         t0 = time.perf_counter()
