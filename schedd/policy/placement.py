@@ -77,12 +77,7 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
         return "with too few free CPUs"
     if cap.memory_mib < request.memory_mib:
         return "with too little free memory"
-    # Nothing shared on the node (mostly): by index alone, as `unshared_first` would.
-    key = unshared_first(view, node_id) if node_id in view.shared else _BY_INDEX
-    return tuple(g.uuid for g in sorted(gpus, key=key)[: request.gpus])
-
-
-_BY_INDEX = attrgetter("index")
+    return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
 
 
 def enough_cpus(free: float, asked: float) -> bool:
@@ -95,11 +90,17 @@ def has_room(cpus: float, memory_mib: int, request: Request) -> bool:
     return enough_cpus(cpus, request.cpus) and memory_mib >= request.memory_mib
 
 
-def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int]]:
+def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int] | int]:
     """Sort key: GPUs no opportunistic job shares first (a guaranteed job on a shared GPU
-    slows its sharer down), then by index."""
-    shared = view.shared.get(node_id, frozenset())
+    slows its sharer down), then by index; by index alone where nothing is shared on
+    the node (mostly: the cheaper key, the same order)."""
+    shared = view.shared.get(node_id)
+    if not shared:
+        return _BY_INDEX
     return lambda g: (g.uuid in shared, g.index)
+
+
+_BY_INDEX = attrgetter("index")
 
 
 def usable_for(view: View, node_id: str, job: PendingJob) -> list[Gpu]:

@@ -13,6 +13,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Iterable
+from itertools import takewhile
 
 from schedd.policy.gittins import GittinsTable
 from schedd.policy.kept import Kept
@@ -274,7 +275,6 @@ class _Runners:
     __slots__ = (
         "by_id",
         "jobs",
-        "keys",
         "learned",
         "loose",
         "next_key",
@@ -287,9 +287,9 @@ class _Runners:
         self.learned = learned
         self.jobs: list[PlacedJob] | None = None  # the list object last mended for
         self.by_id: dict[int, tuple[PlacedJob, int]] = {}  # id(job) -> (job, key)
-        # key -> (service as of `attained_as_of`, that time, GPUs, start, shards)
+        # key -> (service as of `attained_as_of`, that time, GPUs, start, shards); keys
+        # are given ascending, so the dict's order is theirs
         self.runs: dict[int, tuple[float, float, int, float, tuple[Shard, ...]]] = {}
-        self.keys: list[int] = []  # ascending, as given; some removed since
         self.next_key = 0
         self.removed = 0  # keys removed so far
         self.loose: list[Runner] = []
@@ -324,10 +324,7 @@ class _Runners:
                 started,
                 job.shards,
             )
-            self.keys.append(self.next_key)
             self.next_key += 1
-        if len(self.keys) > 2 * len(self.runs) + 64:
-            self.keys = list(self.runs)
 
     def now(self, view: View, keys: Iterable[int] | None = None) -> list[tuple[int, Runner]]:
         """The kept runners (those of `keys`, or all) with their service as of now."""
@@ -366,9 +363,8 @@ class _Runners:
                     staying = [v for v in times if v[0] > now or v[3] > now]
                     again = _victim_times(self.now(view, over), index, view, learned)
                     times = sorted(staying + again)
-            if added != self.next_key:
-                keys = self.keys
-                new = [k for k in keys[bisect.bisect_left(keys, added) :] if k in self.runs]
+            if added != self.next_key:  # keys given since: the last of `runs`
+                new = list(takewhile(lambda k: k >= added, reversed(self.runs)))
                 if new:
                     times = sorted(times + _victim_times(self.now(view, new), index, view, learned))
         self.victims[index] = (now, self.next_key, self.removed, times)
