@@ -29,7 +29,7 @@ from typing import Literal
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
 from schedd.policy.kept import Kept
-from schedd.policy.make_room.victims import Eviction, PlaceFn, leaving_jobs
+from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers
 from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
@@ -188,7 +188,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             continue
         if eviction is not None:
             if not eviction.victims:
-                result.waiting[job.job_id] = _awaiting_leavers(view)
+                result.waiting[job.job_id] = await_leavers(job, view, stages.place)
                 continue
             if converted:
                 result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
@@ -336,12 +336,6 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
         result.actions.append(Launch(job.job_id, shards, "resumes on the GPUs held for its move"))
         resumed.add(job.job_id)
     return resumed
-
-
-def _awaiting_leavers(view: View) -> Wait:
-    leaving = list(dict.fromkeys(j.job_id for j in leaving_jobs(view)))  # a job in pieces once
-    named = ", ".join(leaving[:3]) + (f" and {len(leaving) - 3} more" if len(leaving) > 3 else "")
-    return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.

@@ -264,6 +264,42 @@ def test_no_more_victims_while_earlier_ones_are_still_stopping() -> None:
     assert len(preempted(run("drf", snap, now=10_000.0))) == 1
 
 
+@pytest.mark.parametrize("profile", ["drf", "default", "tiresias"])
+def test_the_free_gpus_a_job_waits_on_with_leavers_are_held_for_it(profile: str) -> None:
+    """a1 waits for b-leaving (on its way out) to make 4 GPUs of n1 with the 2 free
+    there: no later job of the plan takes those 2 (best fit would: n1 is the fullest),
+    else the stop would be for nothing and a1 would need more victims once it is done.
+    A twin of a1 counts only what is left, and looks for room of its own."""
+    n1, n2 = node("n1", 8), node("n2", 8)
+    held = [
+        placed("b-old", n1, [0, 1, 2, 3], queue="b", started_at=0.0, attained_s=9e5),
+        placed("b-leaving", n1, [4, 5], queue="b", started_at=0.0, state="preempting"),
+    ]
+    # n2 has 3 GPUs free, of young jobs (too young to preempt): no 4 there.
+    held += [placed(f"b-young{i}", n2, [i], queue="b", started_at=9_900.0) for i in range(5)]
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=8)),
+        QueueSpec("b", guarantee=Resources(gpus=2)),
+    )
+    if profile == "tiresias":  # one tenant queue: victims by service within it
+        held = [dataclasses.replace(j, queue="a") for j in held]
+    jobs = [pending("a1", 4, queue="a", at=1.0), pending("a-small", 1, queue="a", at=2.0)]
+    plan = run(
+        profile, snapshot([n1, n2], jobs, held, queues=queues), now=10_000.0, min_run_s=300.0
+    )
+    assert plan.waiting["a1"].code == "preempting" and not preempted(plan)
+    assert "b-leaving" in plan.waiting["a1"].reason
+    assert launches(plan)["a-small"].shards[0].node_id == "n2"
+    # A twin behind a1 finds n1's free GPUs held and b-leaving's counted: it makes room
+    # of its own (b-old, the one victim old enough) rather than wait on the same GPUs.
+    jobs.insert(1, pending("a2", 4, queue="a", at=1.5))
+    plan = run(
+        profile, snapshot([n1, n2], jobs, held, queues=queues), now=10_000.0, min_run_s=300.0
+    )
+    assert plan.waiting["a1"].code == "preempting"
+    assert preempted(plan) == {"b-old"}
+
+
 def test_tiresias_preempts_jobs_that_attained_more_service() -> None:
     n = node("n", 2)
     held = [placed("long", n, [0], attained_s=50_000.0), placed("short", n, [1], attained_s=100.0)]

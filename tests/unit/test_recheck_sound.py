@@ -112,10 +112,6 @@ def test_no_preemption_comes_before_the_recheck_time(
     first = profile.plan(snap, NOW)
     if any(isinstance(a, Preempt) for a in first.actions):
         return  # the plan changed more than time will
-    if any(w.code == "preempting" for w in first.waiting.values()):
-        # A job waits for jobs on their way out, whose exit is an event: the next plan
-        # comes with it, and finds what the plan changed after that job's turn.
-        return
     until = first.recheck_at if first.recheck_at is not None else NOW + 1_000_000.0
     later = NOW + share * (until - NOW)
     assume(later < until)  # at the recheck time itself the answer may change

@@ -6,6 +6,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from schedd.policy.actions import Wait
 from schedd.policy.kept import Kept
 from schedd.policy.placed_totals import placed_totals
 from schedd.policy.placement import NoFit, Placement, needs_spreading
@@ -63,6 +64,27 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
             for piece in _freed_pieces(j)
         ]
     return known  # type: ignore[return-value]
+
+
+def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
+    """`job` waits for jobs on their way out (`fewest_victims` found their GPUs enough):
+    the free GPUs of where it would then run are held for it for the rest of the plan.
+    A later job taking them would leave the stops it waits on for nothing and the job
+    short again, to stop more once they are done."""
+    found = _place_without(job, view, leaving_jobs(view), place)
+    leaving = leaving_jobs(view)
+    if isinstance(found, Placement):
+        held = []
+        for shard in found.shards:
+            free = {g.uuid for g in view.capacity[shard.node_id].free_gpus}
+            if mine := tuple(u for u in shard.gpu_uuids if u in free):
+                held.append(Shard(shard.node_id, mine))
+        view.hold(tuple(held))
+        nodes = {s.node_id for s in found.shards}
+        leaving = [j for j in leaving if any(s.node_id in nodes for s in j.shards)] or leaving
+    ids = list(dict.fromkeys(j.job_id for j in leaving))  # a job in pieces once
+    named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 
 
 def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
