@@ -110,6 +110,7 @@ async def async_main(config: AgentConfig) -> None:
         post=link.post,
         shims=shims,
         checkpoint_root=config.resolved_checkpoint_root(),
+        checkpoint_keep=config.checkpoint_keep,
         stager=stager,
     )
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)

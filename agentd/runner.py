@@ -104,6 +104,7 @@ class Runner:
         post: Callable[[Msg], None],
         shims: ShimServer | None = None,
         checkpoint_root: Path | None = None,
+        checkpoint_keep: int = shim.CHECKPOINT_KEEP,
         on_start: Callable[[str, int, str, list[str]], None] | None = None,
         on_end: Callable[[str, int], None] | None = None,
         stager: Stager | None = None,
@@ -112,7 +113,8 @@ class Runner:
 
         With `shims`, each job gets a shim socket and a checkpoint directory,
         `checkpoint_root/<job id>` (the same for every attempt, so a requeued job finds
-        its checkpoints). `on_start(job_id, attempt, kind, gpu_uuids)` is called when a
+        its checkpoints; the shim leaves the newest `checkpoint_keep` there after each
+        save). `on_start(job_id, attempt, kind, gpu_uuids)` is called when a
         job has started (or was found running after a restart), `on_end(job_id, attempt)`
         when it has ended.
         With `stager`, a job's inputs are copied to the node first; the job finds their
@@ -123,6 +125,7 @@ class Runner:
         self.post = post
         self.shims = shims
         self.checkpoint_root = checkpoint_root or state_dir / "checkpoints"
+        self.checkpoint_keep = checkpoint_keep
         self.on_start = on_start
         self.on_end = on_end
         self.stager = stager
@@ -223,6 +226,7 @@ class Runner:
             shim.ENV_SOCKET: str(socket_path),
             shim.ENV_JOB_KIND: launch.kind,
             shim.ENV_CHECKPOINT_DIR: str(checkpoints),
+            shim.ENV_CHECKPOINT_KEEP: str(self.checkpoint_keep),
         }
         if launch.resume_from is not None:
             env[shim.ENV_RESUME_FROM] = launch.resume_from

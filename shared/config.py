@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
+from shared.shim import CHECKPOINT_KEEP
+
 
 class ConfigError(Exception):
     pass
@@ -163,6 +165,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Each job's checkpoints go to <checkpoint_root>/<job id> ("" = <state_dir>/checkpoints).
     # For migration between nodes it must be storage both nodes see at the same path.
     checkpoint_root: str = ""
+    # Checkpoints left in a job's directory after each save, the newest (0 keeps all).
+    checkpoint_keep: Annotated[int, Meta(ge=0)] = CHECKPOINT_KEEP
     # A job's step rate is sent to schedd at most this often.
     progress_interval_s: Seconds = 1.0
     # The node's cache of job inputs ("" = <state_dir>/stage), its size and download limit.

@@ -16,6 +16,8 @@ Environment, set by the agent:
     GPUSCHED_JOB_KIND        guaranteed (default) | opportunistic
     GPUSCHED_CHECKPOINT_DIR  where checkpoint-and-exit writes (`step-NNNNNNNNN/`)
     GPUSCHED_RESUME_FROM     a checkpoint directory (or GPUSCHED_CHECKPOINT_DIR) to resume
+    GPUSCHED_CHECKPOINT_KEEP checkpoints left in GPUSCHED_CHECKPOINT_DIR after a save,
+                             the newest (default 2; 0 keeps every one)
 
 Controls are applied at the end of a step, never inside one. Socket trouble never raises
 into the job: a background thread owns the socket and reconnects with capped backoff.
@@ -53,6 +55,8 @@ ENV_SOCKET = "GPUSCHED_SHIM_SOCKET"
 ENV_JOB_KIND = "GPUSCHED_JOB_KIND"
 ENV_CHECKPOINT_DIR = "GPUSCHED_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "GPUSCHED_RESUME_FROM"
+ENV_CHECKPOINT_KEEP = "GPUSCHED_CHECKPOINT_KEEP"
+CHECKPOINT_KEEP = 2  # the one just saved, and the one before in case it cannot be read
 GUARANTEED = "guaranteed"
 OPPORTUNISTIC = "opportunistic"
 
@@ -471,6 +475,45 @@ def read_checkpoint(path: str) -> ResumeState:
     return ResumeState(str(where), step)
 
 
+def prune_checkpoints(root: Path, newest: Path, keep: int) -> None:
+    """Leave `keep` checkpoints in `root` (0: all): `newest` and those saved last before
+    it, by their manifests' time (a run that could not resume counts its steps from 0
+    again, so names alone do not say which is newer); and no `.partial` directory of a
+    save that died (one job saves at a time)."""
+    if keep <= 0:
+        return
+    older = []
+    for entry in root.iterdir():
+        if not entry.name.startswith("step-") or entry == newest or not entry.is_dir():
+            continue
+        if entry.name.endswith(".partial"):
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        try:
+            saved_at = float(json.loads((entry / MANIFEST).read_text())["saved_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            saved_at = entry.stat().st_mtime
+        older.append((saved_at, entry.name))
+    older.sort(reverse=True)
+    for _, name in older[keep - 1 :]:
+        shutil.rmtree(root / name, ignore_errors=True)
+
+
+def _keep_from(text: str | None) -> int:
+    if not text:
+        return CHECKPOINT_KEEP
+    try:
+        keep = int(text)
+    except ValueError:
+        keep = -1
+    if keep < 0:
+        _warn(
+            f"{ENV_CHECKPOINT_KEEP}={text!r} is not a count of 0 or more: keeping {CHECKPOINT_KEEP}"
+        )
+        return CHECKPOINT_KEEP
+    return keep
+
+
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
@@ -490,12 +533,14 @@ class Shim:
         job_kind: str = GUARANTEED,
         checkpoint_dir: str | None = None,
         resume_from: str | None = None,
+        checkpoint_keep: int = CHECKPOINT_KEEP,
     ) -> None:
         if job_kind not in (GUARANTEED, OPPORTUNISTIC):
             _warn(f"unknown job kind {job_kind!r}, taken as {GUARANTEED}")
             job_kind = GUARANTEED
         self.job_kind = job_kind
         self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_keep = checkpoint_keep
         self._cond = threading.Condition()
         self._controls = Controls()
         self._version = 0  # bumped on every change of _controls, under _cond
@@ -528,6 +573,7 @@ class Shim:
             job_kind=env.get(ENV_JOB_KIND) or GUARANTEED,
             checkpoint_dir=env.get(ENV_CHECKPOINT_DIR) or None,
             resume_from=env.get(ENV_RESUME_FROM) or None,
+            checkpoint_keep=_keep_from(env.get(ENV_CHECKPOINT_KEEP)),
         )
 
     # ---- the job's API ----
@@ -740,6 +786,10 @@ class Shim:
             os.fsync(fd)
         finally:
             os.close(fd)
+        try:
+            prune_checkpoints(root, final, self.checkpoint_keep)
+        except OSError as exc:  # the save is done: a full disk later is the operator's
+            _warn(f"older checkpoints in {root} not removed: {exc}")
         return str(final)
 
 

@@ -5,6 +5,7 @@ and one without a shim, get SIGTERM without waiting out `checkpoint_s`."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import signal
 import sys
@@ -115,3 +116,44 @@ async def test_a_kill_sent_again_while_the_job_saves_leaves_it_to_save(agent: Ag
     assert (ended.exit_code, ended.signal) == (EXIT_CHECKPOINTED, None)
     assert ended.checkpoint is not None
     assert not controls.saving("j", 1)
+
+
+@pytest.mark.parametrize("keep", [2, 1])
+async def test_a_job_preempted_again_and_again_keeps_its_newest_checkpoints(
+    agent: Agent, keep: int
+) -> None:
+    """Each preemption saves a checkpoint, and each attempt resumes from the last one:
+    the job's checkpoint directory keeps the newest `checkpoint_keep` of them."""
+    runner, controls, out, work = agent
+    runner.checkpoint_keep = keep
+    command = [sys.executable, "-S", "shim_job.py", "0", "20000"]
+    saved: list[Path] = []
+    for attempt in (1, 2, 3):
+        out.messages.clear()
+        resume = str(saved[-1]) if saved else None
+        await runner.start(
+            Launch(
+                job_id="j",
+                attempt=attempt,
+                user="u",
+                argv=command,
+                cwd=str(work),
+                resume_from=resume,
+            )
+        )
+        async with asyncio.timeout(30):  # its shim steps (the last attempt's may report late)
+            while not any(
+                isinstance(m, JobProgress) and m.attempt == attempt for m in out.messages
+            ):
+                out.arrived.clear()
+                await out.arrived.wait()
+        async with asyncio.timeout(60):
+            await kill(
+                runner, controls, Kill(job_id="j", attempt=attempt, checkpoint_s=CHECKPOINT_S)
+            )
+            ended = await out.wait_for(JobExited)
+        assert isinstance(ended, JobExited) and ended.checkpoint is not None, ended
+        saved.append(Path(ended.checkpoint))
+    steps = sorted(p.name for p in saved[0].parent.iterdir() if p.name.startswith("step-"))
+    assert steps == [p.name for p in saved[-keep:]]
+    assert all(a.name < b.name for a, b in itertools.pairwise(saved))  # resumed

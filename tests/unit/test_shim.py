@@ -144,3 +144,48 @@ def test_an_unreadable_checkpoint_is_an_error_for_the_job_to_see(tmp_path: Path)
     with pytest.raises(shim.CheckpointError, match="cannot resume"):
         s.resume_state()
     assert s.steps == 0
+
+
+def saved_at(root: Path, step: int, at: float) -> Path:
+    """A complete checkpoint of `step`, its manifest saying it was saved at `at`."""
+    where = root / f"step-{step:09d}"
+    where.mkdir()
+    (where / shim.MANIFEST).write_text(json.dumps({"step": step, "saved_at": at}))
+    return where
+
+
+def test_a_save_leaves_the_newest_checkpoints_by_when_they_were_saved(tmp_path: Path) -> None:
+    """A run that could not resume counts steps from 0 again: the checkpoints it saves
+    are newer than those of higher steps before it, and those go first. A save that
+    died left a `.partial`, which goes too."""
+    saved_at(tmp_path, 40, at=100.0)
+    saved_at(tmp_path, 90, at=200.0)  # the last before the restart from 0
+    (tmp_path / "step-000000095.partial").mkdir()
+    s = shim.Shim(checkpoint_dir=str(tmp_path), checkpoint_keep=2)
+    save_step(s)
+    run_steps(s, 3)
+    control(s, sp.Checkpoint())
+    with pytest.raises(SystemExit):
+        run_steps(s, 1)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [shim.LATEST, "step-000000004", "step-000000090"]
+
+
+@pytest.mark.parametrize("keep, left", [(1, 1), (3, 3), (0, 5)])
+def test_checkpoint_keep_bounds_what_is_left(tmp_path: Path, keep: int, left: int) -> None:
+    newest = saved_at(tmp_path, 50, at=500.0)
+    for step in range(1, 5):
+        saved_at(tmp_path, step * 10, at=step * 100.0)
+    shim.prune_checkpoints(tmp_path, newest, keep)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert len(kept) == left and newest.name in kept
+    assert kept == [f"step-{s * 10:09d}" for s in range(6 - left, 6)]  # the newest ones
+
+
+def test_checkpoint_keep_comes_from_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    assert shim.Shim.from_env({shim.ENV_CHECKPOINT_KEEP: "5"}).checkpoint_keep == 5
+    assert shim.Shim.from_env({shim.ENV_CHECKPOINT_KEEP: "0"}).checkpoint_keep == 0
+    assert shim.Shim.from_env({}).checkpoint_keep == shim.CHECKPOINT_KEEP
+    bad = shim.Shim.from_env({shim.ENV_CHECKPOINT_KEEP: "-1"})
+    assert bad.checkpoint_keep == shim.CHECKPOINT_KEEP
+    assert "GPUSCHED_CHECKPOINT_KEEP='-1' is not a count of 0 or more" in capsys.readouterr().err
