@@ -45,6 +45,9 @@ def _run(job_dir: Path, report_fd: int) -> int:
         {"pid": os.getpid(), "start_time": process_start_time(os.getpid())},
     )
     log = open(job_dir / "output.log", "ab")  # noqa: SIM115 - held for the job's lifetime
+    # Run as the job's owner (`run_jobs_as = "owner"`): the child takes the account's
+    # ids and groups before it executes; the output log stays open from here.
+    run_as = spec.get("run_as") or {}
     try:
         child = subprocess.Popen(
             spec["argv"],
@@ -55,9 +58,14 @@ def _run(job_dir: Path, report_fd: int) -> int:
             stderr=subprocess.STDOUT,
             process_group=0,
             close_fds=True,
+            user=run_as.get("uid"),
+            group=run_as.get("gid"),
+            extra_groups=run_as.get("groups"),
         )
     except OSError as exc:
         reason = f"cannot start {spec['argv'][0]!r}: {exc.strerror or exc}"
+        if run_as and isinstance(exc, PermissionError):
+            reason += f" (as user {run_as.get('name')!r})"
         if spec.get("cwd") and not os.path.isdir(spec["cwd"]):
             reason = f"cannot start: cwd {spec['cwd']!r} is not a directory on this node"
         write_atomic(job_dir / "exit.json", {"failed": reason})

@@ -11,6 +11,7 @@ import msgspec
 import uvloop
 
 from agentd import gpu, gpu_events
+from agentd.accounts import closed_to_others
 from agentd.coordination import Coordination
 from agentd.coordinator import CoordinatorSettings
 from agentd.job_controls import JobControls
@@ -64,6 +65,32 @@ def check_socket_dir(config: AgentConfig) -> Path:
     return path
 
 
+def check_run_as_owner(config: AgentConfig, euid: int) -> None:
+    """With `run_jobs_as = "owner"`: agentd can take other users' ids, and a job running
+    as its owner can reach its shim socket, its checkpoints and its staged inputs."""
+    if config.run_jobs_as != "owner":
+        return
+    if euid != 0:
+        raise ConfigProblem(
+            'run_jobs_as = "owner" needs agentd to run as root, to start jobs as their users'
+        )
+    dirs = {
+        "shim_socket_dir": config.resolved_shim_socket_dir(),
+        "checkpoint_root": config.resolved_checkpoint_root(),
+        "stage_cache_dir": config.resolved_stage_cache_dir(),
+    }
+    for name, path in dirs.items():
+        closed = closed_to_others(path)
+        if closed is not None:
+            mode = closed.stat().st_mode & 0o777
+            raise ConfigProblem(
+                f'{name}: jobs running as their owners (run_jobs_as = "owner") cannot reach'
+                f" {str(path)!r}: {str(closed)!r} is mode {mode:04o}, closed to other users;"
+                " set it to a path they can pass through (e.g. under /run/gpusched-agent or"
+                " /srv), or open that directory"
+            )
+
+
 def coordination(
     config: AgentConfig, inventory: Inventory, shims: ShimServer, link: Link
 ) -> Coordination:
@@ -81,6 +108,7 @@ def coordination(
 async def async_main(config: AgentConfig) -> None:
     supervisor = Supervisor()
     socket_dir = check_socket_dir(config)
+    check_run_as_owner(config, os.geteuid())
     backend = await asyncio.to_thread(gpu.choose, config)
     inventory = build_inventory(config, backend)
     link = Link(config, inventory, backend, supervisor)
@@ -111,6 +139,7 @@ async def async_main(config: AgentConfig) -> None:
         shims=shims,
         checkpoint_root=config.resolved_checkpoint_root(),
         checkpoint_keep=config.checkpoint_keep,
+        run_as_owner=config.run_jobs_as == "owner",
         stager=stager,
     )
     controls = JobControls(shims, link.post, runner.pgid_of, config.progress_interval_s)
@@ -169,9 +198,12 @@ def main(argv: list[str] | None = None) -> None:
     config = daemon.config_from_argv("agentd", AgentConfig, argv, __doc__)
     try:
         uvloop.run(async_main(config))
-    except (gpu.GpuBackendError, ConfigProblem) as exc:
+    except gpu.GpuBackendError as exc:  # a driver not there yet: systemd tries again
         log.error("cannot start", error=str(exc))
         sys.exit(1)
+    except ConfigProblem as exc:  # as a bad config file: restarting cannot fix it
+        log.error("cannot start", error=str(exc))
+        sys.exit(2)
 
 
 if __name__ == "__main__":

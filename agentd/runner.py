@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd.accounts import Account, job_account
 from agentd.coordinator import JobKind
 from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
@@ -105,6 +106,7 @@ class Runner:
         shims: ShimServer | None = None,
         checkpoint_root: Path | None = None,
         checkpoint_keep: int = shim.CHECKPOINT_KEEP,
+        run_as_owner: bool = False,
         on_start: Callable[[str, int, str, list[str]], None] | None = None,
         on_end: Callable[[str, int], None] | None = None,
         stager: Stager | None = None,
@@ -114,9 +116,11 @@ class Runner:
         With `shims`, each job gets a shim socket and a checkpoint directory,
         `checkpoint_root/<job id>` (the same for every attempt, so a requeued job finds
         its checkpoints; the shim leaves the newest `checkpoint_keep` there after each
-        save). `on_start(job_id, attempt, kind, gpu_uuids)` is called when a
-        job has started (or was found running after a restart), `on_end(job_id, attempt)`
-        when it has ended.
+        save). With `run_as_owner`, each job runs as the local account named as its user
+        (`accounts.job_account`), and its shim socket and checkpoint directory are that
+        account's; a job whose user has none here fails.
+        `on_start(job_id, attempt, kind, gpu_uuids)` is called when a job has started (or
+        was found running after a restart), `on_end(job_id, attempt)` when it has ended.
         With `stager`, a job's inputs are copied to the node first; the job finds their
         local paths, in order, in GPUSCHED_INPUTS (separated by os.pathsep).
         """
@@ -126,6 +130,7 @@ class Runner:
         self.shims = shims
         self.checkpoint_root = checkpoint_root or state_dir / "checkpoints"
         self.checkpoint_keep = checkpoint_keep
+        self.run_as_owner = run_as_owner
         self.on_start = on_start
         self.on_end = on_end
         self.stager = stager
@@ -164,6 +169,15 @@ class Runner:
             self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
             return
         env = base_env(launch)
+        account: Account | None = None
+        if self.run_as_owner:
+            found = job_account(launch.user)
+            if isinstance(found, str):
+                log.warning("job refused", job_id=launch.job_id, reason=found)
+                self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=found))
+                return
+            account = found
+            env.update(USER=account.name, LOGNAME=account.name, HOME=account.home)
         if launch.inputs and self.stager is not None:
             if key in self._starting:
                 return  # a repeated launch while the first copies the inputs
@@ -189,11 +203,16 @@ class Runner:
         job_dir = self.job_dir(launch.job_id, launch.attempt)
         job_dir.mkdir(parents=True, exist_ok=False)
         if self.shims is not None:
-            env.update(await self._shim_env(launch))
-        write_atomic(
-            job_dir / "launch.json",
-            {"argv": launch.argv, "env": env, "cwd": launch.cwd, "user": launch.user},
-        )
+            env.update(await self._shim_env(launch, account))
+        spec: dict[str, Any] = {
+            "argv": launch.argv,
+            "env": env,
+            "cwd": launch.cwd,
+            "user": launch.user,
+        }
+        if account is not None:
+            spec["run_as"] = account.as_json()
+        write_atomic(job_dir / "launch.json", spec)
         job = Job(launch.job_id, launch.attempt, job_dir, kind=launch.kind)
         self.jobs[key] = job
         proc = await asyncio.create_subprocess_exec(
@@ -217,11 +236,14 @@ class Runner:
         else:
             self._ended(job)
 
-    async def _shim_env(self, launch: Launch) -> dict[str, str]:
+    async def _shim_env(self, launch: Launch, account: Account | None) -> dict[str, str]:
         assert self.shims is not None
-        socket_path = await self.shims.open_job(job_key(launch.job_id, launch.attempt))
+        uid, gid = (account.uid, account.gid) if account is not None else (None, None)
+        socket_path = await self.shims.open_job(job_key(launch.job_id, launch.attempt), uid, gid)
         checkpoints = self.checkpoint_root / launch.job_id
         checkpoints.mkdir(parents=True, exist_ok=True)
+        if account is not None:  # the job writes its checkpoints there
+            os.chown(checkpoints, account.uid, account.gid)
         env = {
             shim.ENV_SOCKET: str(socket_path),
             shim.ENV_JOB_KIND: launch.kind,
@@ -238,7 +260,9 @@ class Runner:
             return
         for job in self.jobs.values():
             if job.ended is None:
-                await self.shims.open_job(job_key(job.job_id, job.attempt))
+                run_as = (_read_json(job.dir / "launch.json") or {}).get("run_as") or {}
+                key = job_key(job.job_id, job.attempt)
+                await self.shims.open_job(key, run_as.get("uid"), run_as.get("gid"))
 
     def pgid_of(self, job_id: str, attempt: int) -> int | None:
         job = self.jobs.get((job_id, attempt))

@@ -165,6 +165,10 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Each job's checkpoints go to <checkpoint_root>/<job id> ("" = <state_dir>/checkpoints).
     # For migration between nodes it must be storage both nodes see at the same path.
     checkpoint_root: str = ""
+    # Whom jobs run as: "agentd" (agentd's own user) or "owner" (the local account named
+    # as the job's user; agentd must run as root, and jobs of users without an account on
+    # the node, or of root, are refused).
+    run_jobs_as: Literal["agentd", "owner"] = "agentd"
     # Checkpoints left in a job's directory after each save, the newest (0 keeps all).
     checkpoint_keep: Annotated[int, Meta(ge=0)] = CHECKPOINT_KEEP
     # A job's step rate is sent to schedd at most this often.

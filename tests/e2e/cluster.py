@@ -95,13 +95,23 @@ class Cluster:
         except subprocess.CalledProcessError:
             return False
 
-    def start_agent(self, node_id: str, gpus: int = 2, wait: bool = True) -> None:
+    def start_agent(
+        self, node_id: str, gpus: int = 2, wait: bool = True, extra_config: str = ""
+    ) -> subprocess.Popen[bytes]:
+        """`extra_config`: more top-level settings of agentd.toml (a `shim_socket_dir`
+        given there replaces the test's own)."""
         config = self.root / f"{node_id}.toml"
+        given = {line.split("=")[0].strip() for line in extra_config.splitlines() if "=" in line}
+        socket_dir = (
+            ""
+            if "shim_socket_dir" in given
+            else f'shim_socket_dir = "{self.socket_root / node_id}"\n'
+        )
         config.write_text(
             f'schedd_url = "{self.url}"\njoin_token = "{JOIN_TOKEN}"\nnode_id = "{node_id}"\n'
             f'state_dir = "{self.root / node_id}"\ngpu_backend = "simulated"\n'
             f"reconnect_max_s = 1\ncpus = 16\nmemory_mib = 65536\n"
-            f'shim_socket_dir = "{self.socket_root / node_id}"\n'
+            f"{socket_dir}{extra_config}"
             f"[simulated]\ncount = {gpus}\n"
         )
         log = open(self.root / f"{node_id}.log", "ab")  # noqa: SIM115 - the process owns it
@@ -110,6 +120,7 @@ class Cluster:
         )
         if wait:
             self.wait_node(node_id)
+        return self.agents[node_id]
 
     def wait_node(self, node_id: str, connected: bool = True) -> None:
         token = self.token("e2e-admin", admin=True)

@@ -1,0 +1,141 @@
+"""Jobs run as their owners (`run_jobs_as = "owner"`), with real processes, a shim and
+the runner as agentd wires them: the account's ids and groups, its environment, its
+shim socket and checkpoints; users without an account, and root, are refused.
+
+agentd must be root to start jobs as other users: so must these tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentd.job_controls import JobControls
+from agentd.kill import kill
+from agentd.runner import Runner
+from agentd.shim_server import ShimServer
+from shared.protocol import JobExited, JobFailed, JobProgress, Kill, Launch
+from shared.shim_protocol import EXIT_CHECKPOINTED
+from tests.integration.test_runner import Outbox
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting jobs as others needs root")
+
+ROOT = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+# A Python the job's user may run (the test's own may live under a home closed to it).
+PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if Path(p).exists()), "")
+
+Parts = tuple[Runner, JobControls, Outbox, Path]
+
+
+@pytest.fixture
+async def parts() -> AsyncIterator[Parts]:
+    """A runner with shims that starts jobs as their owners, its places open to them."""
+    base = Path(tempfile.mkdtemp(prefix="owner-"))  # pytest's tmp_path is closed to others
+    os.chmod(base, 0o755)
+    work = base / "job"
+    work.mkdir()
+    shutil.copy(ROOT / "shared" / "shim.py", work / "shim.py")
+    shutil.copy(ROOT / "tests" / "integration" / "shim_job.py", work / "shim_job.py")
+    out = Outbox()
+    shims = ShimServer(base / "s")
+    runner = Runner(
+        base / "state", out.post, shims=shims, checkpoint_root=base / "ckpt", run_as_owner=True
+    )
+    controls = JobControls(shims, out.post, runner.pgid_of, interval_s=0.05)
+    shims.on_event = controls.on_shim_event
+    progress = asyncio.create_task(controls.run())
+    try:
+        yield runner, controls, out, work
+    finally:
+        progress.cancel()
+        for job in runner.jobs.values():
+            if job.ended is None:
+                await runner.kill(job.job_id, job.attempt, grace_s=1.0)
+        runner.close()
+        await shims.close()
+        shutil.rmtree(base)
+
+
+def job(job_id: str, user: str, argv: list[str], cwd: Path | None = None) -> Launch:
+    return Launch(job_id=job_id, attempt=1, user=user, argv=argv, cwd=str(cwd) if cwd else None)
+
+
+async def test_a_job_runs_as_its_owner_with_the_accounts_environment(parts: Parts) -> None:
+    runner, _, out, _ = parts
+    script = 'echo "$(id -u) $(id -g) $(id -G) $USER $LOGNAME $HOME"'
+    await runner.start(job("j1", "nobody", ["/bin/sh", "-c", script]))
+    exited = await out.wait_for(JobExited)
+    assert isinstance(exited, JobExited) and exited.exit_code == 0
+    log = (runner.job_dir("j1", 1) / "output.log").read_text().split()
+    assert log[:2] == [str(NOBODY), str(NOBODY)]
+    assert "0" not in log[2:-3]  # no group of the agent's (root) kept
+    assert log[-3:] == ["nobody", "nobody", "/nonexistent"]
+
+
+@pytest.mark.parametrize(
+    "user, reason",
+    [
+        ("no-such-user-7f3a", "user 'no-such-user-7f3a' has no account on this node"),
+        ("root", "jobs do not run as root"),
+    ],
+)
+async def test_a_job_of_a_user_it_cannot_run_as_fails_with_why(
+    parts: Parts, user: str, reason: str
+) -> None:
+    runner, _, out, _ = parts
+    await runner.start(job("j1", user, ["/bin/true"]))
+    failed = await out.wait_for(JobFailed)
+    assert isinstance(failed, JobFailed) and failed.reason.startswith(reason), failed
+    assert not runner.job_dir("j1", 1).exists()  # nothing started
+
+
+def closed_script(work: Path) -> str:
+    """A script in a directory only root may enter (as a venv under /root)."""
+    closed = work / "closed"
+    closed.mkdir(mode=0o700)
+    script = closed / "run.sh"
+    script.write_text("#!/bin/sh\necho ran\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+async def test_a_command_the_owner_may_not_run_fails_the_start_saying_as_whom(
+    parts: Parts,
+) -> None:
+    runner, _, out, work = parts
+    script = closed_script(work)
+    await runner.start(job("j1", "nobody", [script]))
+    failed = await out.wait_for(JobFailed)
+    assert isinstance(failed, JobFailed)
+    assert failed.reason == f"cannot start {script!r}: Permission denied (as user 'nobody')"
+
+
+@pytest.mark.skipif(not PYTHON, reason="no Python outside a home directory for the job")
+async def test_the_owners_shim_reports_and_saves_its_checkpoint_as_the_owner(
+    parts: Parts,
+) -> None:
+    runner, controls, out, work = parts
+    argv = [PYTHON, "-S", "shim_job.py", "0", "20000"]
+    await runner.start(job("j1", "nobody", argv, cwd=work))
+    await out.wait_for(JobProgress, within_s=30.0)  # its shim reached the socket
+    async with asyncio.timeout(60):
+        await kill(runner, controls, Kill(job_id="j1", attempt=1, checkpoint_s=600.0))
+        ended = await out.wait_for(JobExited)
+    assert isinstance(ended, JobExited)
+    assert (ended.exit_code, ended.signal) == (EXIT_CHECKPOINTED, None), (
+        runner.job_dir("j1", 1) / "output.log"
+    ).read_text()
+    assert ended.checkpoint is not None
+    saved = Path(ended.checkpoint)
+    # The checkpoint, what the job wrote in it, and the job's checkpoint directory.
+    assert owners(saved, saved / "state.json", saved.parent) == {NOBODY}
+
+
+def owners(*paths: Path) -> set[int]:
+    return {p.stat().st_uid for p in paths}
