@@ -33,33 +33,56 @@ PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if Path
 Parts = tuple[Runner, JobControls, Outbox, Path]
 
 
+class Agent:
+    """A runner with shims that starts jobs as their owners, its places open to them;
+    `stop` and `start` again are an agent restart (its jobs run on)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def start(self) -> Parts:
+        self.out = Outbox()
+        self.shims = ShimServer(self.base / "s")
+        self.runner = Runner(
+            self.base / "state",
+            self.out.post,
+            shims=self.shims,
+            checkpoint_root=self.base / "ckpt",
+            run_as_owner=True,
+        )
+        self.controls = JobControls(self.shims, self.out.post, self.runner.pgid_of, 0.05)
+        self.shims.on_event = self.controls.on_shim_event
+        self.progress = asyncio.create_task(self.controls.run())
+        return self.runner, self.controls, self.out, self.base / "job"
+
+    async def stop(self) -> None:
+        self.progress.cancel()
+        self.runner.close()
+        await self.shims.close()
+
+
 @pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    """A runner with shims that starts jobs as their owners, its places open to them."""
+async def agent() -> AsyncIterator[Agent]:
     base = Path(tempfile.mkdtemp(prefix="owner-"))  # pytest's tmp_path is closed to others
     os.chmod(base, 0o755)
     work = base / "job"
     work.mkdir()
     shutil.copy(ROOT / "shared" / "shim.py", work / "shim.py")
     shutil.copy(ROOT / "tests" / "integration" / "shim_job.py", work / "shim_job.py")
-    out = Outbox()
-    shims = ShimServer(base / "s")
-    runner = Runner(
-        base / "state", out.post, shims=shims, checkpoint_root=base / "ckpt", run_as_owner=True
-    )
-    controls = JobControls(shims, out.post, runner.pgid_of, interval_s=0.05)
-    shims.on_event = controls.on_shim_event
-    progress = asyncio.create_task(controls.run())
+    node = Agent(base)
     try:
-        yield runner, controls, out, work
+        yield node
     finally:
-        progress.cancel()
-        for job in runner.jobs.values():
+        for job in node.runner.jobs.values():
             if job.ended is None:
-                await runner.kill(job.job_id, job.attempt, grace_s=1.0)
-        runner.close()
-        await shims.close()
+                await node.runner.kill(job.job_id, job.attempt, grace_s=1.0)
+        await node.stop()
         shutil.rmtree(base)
+
+
+@pytest.fixture
+async def parts(agent: Agent) -> Parts:
+    return agent.start()
 
 
 def job(job_id: str, user: str, argv: list[str], cwd: Path | None = None) -> Launch:
@@ -139,3 +162,19 @@ async def test_the_owners_shim_reports_and_saves_its_checkpoint_as_the_owner(
 
 def owners(*paths: Path) -> set[int]:
     return {p.stat().st_uid for p in paths}
+
+
+@pytest.mark.skipif(not PYTHON, reason="no Python outside a home directory for the job")
+async def test_after_an_agent_restart_the_owners_shim_finds_its_socket_again(
+    agent: Agent,
+) -> None:
+    runner, _, out, work = agent.start()
+    await runner.start(job("j1", "nobody", [PYTHON, "-S", "shim_job.py", "0", "20000"], work))
+    await out.wait_for(JobProgress, within_s=30.0)
+    await agent.stop()  # the job runs on; its socket is gone
+
+    runner, _, out, _ = agent.start()
+    runner.recover()
+    await runner.reopen_shims()  # as agentd does at start: the account's socket again
+    progress = await out.wait_for(JobProgress, within_s=30.0)  # its shim reconnected
+    assert isinstance(progress, JobProgress) and progress.job_id == "j1"
