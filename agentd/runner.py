@@ -203,7 +203,15 @@ class Runner:
         job_dir = self.job_dir(launch.job_id, launch.attempt)
         job_dir.mkdir(parents=True, exist_ok=False)
         if self.shims is not None:
-            env.update(await self._shim_env(launch, account))
+            try:
+                env.update(await self._shim_env(launch, account))
+            except OSError as exc:  # a full disk; a root-squashing NFS checkpoint_root
+                await self.shims.close_job(job_key(launch.job_id, launch.attempt))
+                shutil.rmtree(job_dir, ignore_errors=True)
+                reason = f"cannot prepare the job's shim socket or checkpoint directory: {exc}"
+                log.warning("job not started", job_id=launch.job_id, reason=reason)
+                self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
+                return
         spec: dict[str, Any] = {
             "argv": launch.argv,
             "env": env,

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from agentd.runner import Runner
+from agentd.shim_server import ShimServer
 from shared.protocol import Gang, JobExited, JobFailed, JobStarted, Launch, Msg
 from tests.processes import alive
 
@@ -221,3 +224,30 @@ async def test_the_directories_of_acknowledged_jobs_go_after_the_retention(tmp_p
     # Kept forever: the task returns at once and nothing goes.
     await asyncio.wait_for(runner.prune_every(0), 1)
     assert runner.job_dir("unacked", 1).exists()
+
+
+async def test_a_checkpoint_directory_that_cannot_be_made_fails_the_job_saying_so(
+    tmp_path: Path,
+) -> None:
+    out = Outbox()
+    sockets = Path(tempfile.mkdtemp(prefix="rn-"))  # a socket's path must be short
+    shims = ShimServer(sockets)
+    in_the_way = tmp_path / "checkpoints"
+    in_the_way.write_text("a file where the checkpoint root should be")
+    runner = Runner(tmp_path / "state", out.post, shims=shims, checkpoint_root=in_the_way)
+    try:
+        await runner.start(launch("j1", "print('never')"))
+        failed = await out.wait_for(JobFailed)
+        assert isinstance(failed, JobFailed)
+        assert failed.reason.startswith(
+            "cannot prepare the job's shim socket or checkpoint directory: [Errno 20] Not a"
+            " directory"
+        ), failed.reason
+        assert not runner.job_dir("j1", 1).exists() and os.listdir(sockets) == []
+        # The launch sent again (as after a reconnect) fails the same, and starts nothing.
+        await runner.start(launch("j1", "print('never')"))
+        assert [type(m) for m in out.messages] == [JobFailed, JobFailed]
+    finally:
+        runner.close()
+        await shims.close()
+        shutil.rmtree(sockets)

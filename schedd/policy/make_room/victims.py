@@ -71,8 +71,8 @@ def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
     the free GPUs of where it would then run are held for it for the rest of the plan.
     A later job taking them would leave the stops it waits on for nothing and the job
     short again, to stop more once they are done."""
-    found = _place_without(job, view, leaving_jobs(view), place)
     leaving = leaving_jobs(view)
+    found = _place_without(job, view, leaving, place)
     if isinstance(found, Placement):
         held = []
         for shard in found.shards:
