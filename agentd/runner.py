@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.accounts import Account, job_account
+from agentd.accounts import Account, job_account, may_not_read
 from agentd.coordinator import JobKind
 from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
+from agentd.stage_sources import parse_input
 from agentd.stager import StageError, Stager
 from shared import logging, shim
 from shared.protocol import Gang, JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
@@ -74,6 +75,20 @@ def base_env(launch: Launch) -> dict[str, str]:
     if launch.gang is not None:
         env.update(gang_env(launch.gang))
     return env
+
+
+def _check_readable(account: Account, inputs: list[str]) -> None:
+    """Raise StageError for the first local input the job's owner could not read itself
+    (`accounts.may_not_read`): agentd copies as root. URLs and malformed inputs are the
+    stager's to judge. Blocking: a tree is walked."""
+    for raw in inputs:
+        try:
+            path = parse_input(raw).path
+        except StageError:
+            continue
+        closed = None if path is None else may_not_read(account, path)
+        if closed is not None:
+            raise StageError(raw, f"user {account.name!r} may not read {str(closed)!r}")
 
 
 def gang_env(gang: Gang) -> dict[str, str]:
@@ -183,6 +198,8 @@ class Runner:
                 return  # a repeated launch while the first copies the inputs
             self._starting.add(key)
             try:
+                if account is not None:
+                    await asyncio.to_thread(_check_readable, account, launch.inputs)
                 paths = await self.stager.stage(launch.job_id, launch.inputs)
             except StageError as exc:
                 self.stager.release(launch.job_id)

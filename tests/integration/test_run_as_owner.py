@@ -19,6 +19,7 @@ from agentd.job_controls import JobControls
 from agentd.kill import kill
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
+from agentd.stager import Stager
 from shared.protocol import JobExited, JobFailed, JobProgress, Kill, Launch
 from shared.shim_protocol import EXIT_CHECKPOINTED
 from tests.integration.test_runner import Outbox
@@ -43,12 +44,14 @@ class Agent:
     def start(self) -> Parts:
         self.out = Outbox()
         self.shims = ShimServer(self.base / "s")
+        self.stager = Stager(self.base / "stage", 2**20)
         self.runner = Runner(
             self.base / "state",
             self.out.post,
             shims=self.shims,
             checkpoint_root=self.base / "ckpt",
             run_as_owner=True,
+            stager=self.stager,
         )
         self.controls = JobControls(self.shims, self.out.post, self.runner.pgid_of, 0.05)
         self.shims.on_event = self.controls.on_shim_event
@@ -59,6 +62,7 @@ class Agent:
         self.progress.cancel()
         self.runner.close()
         await self.shims.close()
+        await self.stager.close()
 
 
 @pytest.fixture
@@ -178,3 +182,40 @@ async def test_after_an_agent_restart_the_owners_shim_finds_its_socket_again(
     await runner.reopen_shims()  # as agentd does at start: the account's socket again
     progress = await out.wait_for(JobProgress, within_s=30.0)  # its shim reconnected
     assert isinstance(progress, JobProgress) and progress.job_id == "j1"
+
+
+async def test_an_input_its_owner_could_not_read_is_not_copied_for_the_job(
+    parts: Parts,
+) -> None:
+    """agentd copies inputs as root: a file anyone may read, but in a directory only
+    root may enter, is refused to the job; one its owner can reach is copied and read."""
+    runner, _, out, work = parts
+    (work / "open.txt").write_text("open data\n")
+    closed = work / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "weights.txt").write_text("not for nobody\n")
+    show = 'for p in $(echo "$GPUSCHED_INPUTS" | tr : " "); do cat "$p"; done'
+
+    await runner.start(
+        Launch(
+            job_id="j1", attempt=1, user="nobody", argv=["/bin/sh", "-c", show],
+            inputs=[str(work / "open.txt")],
+        )
+    )  # fmt: skip
+    exited = await out.wait_for(JobExited)
+    assert isinstance(exited, JobExited) and exited.exit_code == 0
+    assert (runner.job_dir("j1", 1) / "output.log").read_text() == "open data\n"
+
+    secret = str(closed / "weights.txt")
+    await runner.start(
+        Launch(
+            job_id="j2", attempt=1, user="nobody", argv=["/bin/sh", "-c", show],
+            inputs=[str(work / "open.txt"), secret],
+        )
+    )  # fmt: skip
+    failed = await out.wait_for(JobFailed)
+    assert isinstance(failed, JobFailed)
+    assert failed.reason == (
+        f"staging inputs failed: {secret}: user 'nobody' may not read {str(closed)!r}"
+    )
+    assert not runner.job_dir("j2", 1).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.accounts import Account, closed_to_others, job_account
+from agentd.accounts import Account, closed_to_others, job_account, may_not_read
 from agentd.main import ConfigProblem, check_run_as_owner
 from shared.config import AgentConfig
 
@@ -89,3 +90,42 @@ def test_owner_mode_refuses_directories_jobs_cannot_reach(open_dir: Path) -> Non
             ),
             euid=0,
         )
+
+
+def made(path: Path, mode: int, text: str | None = None) -> Path:
+    if text is None:
+        path.mkdir()
+    else:
+        path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another owner need root")
+def test_an_input_is_readable_only_as_its_owner_could_read_it_itself(open_dir: Path) -> None:
+    """agentd copies inputs as root: the check is what the job's account could read."""
+    nobody = job_account("nobody")
+    assert isinstance(nobody, Account)
+    assert may_not_read(nobody, made(open_dir / "open.txt", 0o644, "x")) is None
+    private = made(open_dir / "private.txt", 0o600, "x")
+    assert may_not_read(nobody, private) == private
+    # A file anyone may read, in a directory only root may enter (as under /root).
+    closed = made(open_dir / "closed", 0o700)
+    inside = made(closed / "weights.bin", 0o644, "x")
+    assert may_not_read(nobody, inside) == closed
+    # A link from an open place to it: the kernel would follow it into `closed`.
+    (open_dir / "link").symlink_to(inside)
+    assert may_not_read(nobody, open_dir / "link") == closed
+    # A tree: every directory entered and every file read.
+    tree = made(open_dir / "tree", 0o755)
+    made(tree / "a.txt", 0o644, "x")
+    assert may_not_read(nobody, tree) is None
+    deep = made(tree / "deep", 0o711)  # passable, not listable: its files cannot be copied
+    assert may_not_read(nobody, tree) == deep
+    deep.chmod(0o755)
+    secret = made(deep / "secret", 0o640, "x")
+    assert may_not_read(nobody, tree) == secret
+    # The group's class where the account is in the file's group.
+    os.chown(secret, 0, nobody.gid)
+    assert may_not_read(nobody, tree) is None
+    assert may_not_read(nobody, open_dir / "gone") is None  # the copy says it is not there
