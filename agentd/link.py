@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import aiohttp
 
@@ -20,7 +21,7 @@ from agentd.job_controls import JobControls
 from agentd.job_observers import job_key
 from agentd.kill import kill
 from agentd.runner import Runner, end_message
-from agentd.stager import StageError, Stager
+from agentd.stager import StageError
 from shared import logging, protocol
 from shared.config import AgentConfig
 from shared.protocol import (
@@ -29,6 +30,7 @@ from shared.protocol import (
     GpuSample,
     GpuState,
     Hello,
+    InputsStaged,
     Inventory,
     JobControlled,
     Kill,
@@ -194,7 +196,7 @@ class Link:
             case Prefetch():
                 if runner.stager is not None:
                     self.supervisor.spawn(
-                        prefetch(runner.stager, command), name=f"prefetch:{command.job_id}"
+                        prefetch(runner, self.post, command), name=f"prefetch:{command.job_id}"
                     )
             case LogRequest():
                 rid = command.request_id
@@ -288,10 +290,27 @@ class Link:
 PREFETCH = "prefetch:"  # the stager's key for a prefetch, apart from the job's own launch
 
 
-async def prefetch(stager: Stager, command: Prefetch) -> None:
+async def prefetch(runner: Runner, post: Callable[[Msg], None], command: Prefetch) -> None:
     """Copy the inputs now and leave them in the cache, unpinned: the launch, if it comes
     here, pins them again (and waits for this copy if it is still going); if the job is
-    placed elsewhere, the copies are just the least recently used, free to evict."""
+    placed elsewhere, the copies are just the least recently used, free to evict. Under
+    `run_jobs_as = "owner"`, nothing its owner could not read is copied: the cache is
+    open to every user of the node."""
+    stager = runner.stager
+    assert stager is not None
+    refused = await asyncio.to_thread(runner.refused_inputs, command.user, command.inputs)
+    if refused is not None:
+        log.warning("prefetch refused", job_id=command.job_id, reason=str(refused))
+        post(
+            InputsStaged(
+                job_id=command.job_id,
+                input=refused.input,
+                bytes_done=0,
+                done=True,
+                error=refused.reason,
+            )
+        )
+        return
     key = PREFETCH + command.job_id
     try:
         await stager.stage(key, command.inputs)

@@ -261,6 +261,20 @@ class Runner:
         else:
             self._ended(job)
 
+    def refused_inputs(self, user: str, inputs: list[str]) -> StageError | None:
+        """With `run_as_owner`: why `user`'s job may not have these inputs copied (no
+        account here, or an input it could not read itself), else None. Blocking."""
+        if not self.run_as_owner:
+            return None
+        found = job_account(user)
+        if isinstance(found, str):
+            return StageError("", found)
+        try:
+            _check_readable(found, inputs)
+        except StageError as exc:
+            return exc
+        return None
+
     async def _shim_env(self, launch: Launch, account: Account | None) -> dict[str, str]:
         assert self.shims is not None
         uid, gid = (account.uid, account.gid) if account is not None else (None, None)

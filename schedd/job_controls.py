@@ -368,7 +368,7 @@ async def prefetch(pool: asyncpg.Pool, hub: Hub, row: asyncpg.Record, by: str, n
     inputs = jobs.spec_of(row).inputs
     if not inputs:
         raise ControlRefused(f"job {row['id']} has no inputs to prefetch")
-    if not await hub.send(node, Prefetch(job_id=row["id"], inputs=inputs)):
+    if not await hub.send(node, Prefetch(job_id=row["id"], inputs=inputs, user=row["user_name"])):
         raise ControlRefused(f"node {node} is not connected")
     await jobs.note(
         pool,

@@ -14,8 +14,8 @@ from typing import Literal
 import msgspec
 
 # Agents must match. 2: SetKind; 3: gangs (Launch.gang, Inventory.address);
-# 4: Kill.checkpoint_s; 5: Inventory.coordinator.
-PROTOCOL_VERSION = 5
+# 4: Kill.checkpoint_s; 5: Inventory.coordinator; 6: Prefetch.user.
+PROTOCOL_VERSION = 6
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
 
@@ -268,6 +268,7 @@ class Prefetch(Msg, tag="prefetch"):
 
     job_id: str
     inputs: list[str]
+    user: str = ""  # the job's: under run_jobs_as = "owner", only what it may read
 
 
 class ExitAck(Msg, tag="exit_ack"):

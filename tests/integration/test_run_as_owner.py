@@ -17,10 +17,19 @@ import pytest
 
 from agentd.job_controls import JobControls
 from agentd.kill import kill
+from agentd.link import prefetch
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
 from agentd.stager import Stager
-from shared.protocol import JobExited, JobFailed, JobProgress, Kill, Launch
+from shared.protocol import (
+    InputsStaged,
+    JobExited,
+    JobFailed,
+    JobProgress,
+    Kill,
+    Launch,
+    Prefetch,
+)
 from shared.shim_protocol import EXIT_CHECKPOINTED
 from tests.integration.test_runner import Outbox
 
@@ -219,3 +228,32 @@ async def test_an_input_its_owner_could_not_read_is_not_copied_for_the_job(
         f"staging inputs failed: {secret}: user 'nobody' may not read {str(closed)!r}"
     )
     assert not runner.job_dir("j2", 1).exists()
+
+
+async def test_a_prefetch_copies_nothing_its_owner_could_not_read(agent: Agent) -> None:
+    """The cache is open to every user of the node: a prefetch (ahead of any launch)
+    checks the job's owner as a launch does, else a job's inputs would lie there for
+    anyone to read."""
+    runner, _, out, work = agent.start()
+    closed = work / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "weights.txt").write_text("not for nobody\n")
+    (work / "open.txt").write_text("open data\n")
+    secret = str(closed / "weights.txt")
+
+    await prefetch(runner, out.post, Prefetch(job_id="j1", inputs=[secret], user="nobody"))
+    refused = await out.wait_for(InputsStaged)
+    assert isinstance(refused, InputsStaged)
+    assert (refused.input, refused.done) == (secret, True)
+    assert refused.error == f"user 'nobody' may not read {str(closed)!r}"
+    assert agent.stager.cache.entries == {}  # nothing copied
+
+    out.messages.clear()
+    await prefetch(runner, out.post, Prefetch(job_id="j2", inputs=[secret], user="no-such-7f3a"))
+    unknown = await out.wait_for(InputsStaged)
+    assert isinstance(unknown, InputsStaged) and unknown.error is not None
+    assert unknown.error.startswith("user 'no-such-7f3a' has no account on this node")
+
+    open_input = str(work / "open.txt")
+    await prefetch(runner, out.post, Prefetch(job_id="j3", inputs=[open_input], user="nobody"))
+    assert len(agent.stager.cache.entries) == 1  # what nobody may read is copied
