@@ -188,7 +188,7 @@ class Link:
                     kill(runner, self.controls, command), name=f"kill:{command.job_id}"
                 )
             case ExitAck():
-                runner.ack(command.job_id, command.attempt)
+                runner.ack(command.job_id, command.attempt, command.final)
             case SetLimits() | Suspend() | Resume() | Checkpoint():
                 self._control(command)
             case SetKind():

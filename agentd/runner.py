@@ -33,6 +33,7 @@ from shared.protocol import Gang, JobExited, JobFailed, JobReport, JobStarted, L
 log = logging.get("runner")
 
 Key = tuple[str, int]  # (job_id, attempt)
+_FINAL = "final"  # in an attempt's `acked` file: the job ended for good with it
 
 
 @dataclass
@@ -395,25 +396,32 @@ class Runner:
         if job is not None:
             job.kind = kind
 
-    def ack(self, job_id: str, attempt: int) -> None:
+    def ack(self, job_id: str, attempt: int, final: bool = False) -> None:
+        """schedd has the attempt's end; `final`: the job ended for good with it, and its
+        checkpoints go with the attempt's directory (`prune`)."""
         job = self.jobs.get((job_id, attempt))
         if job is None or job.ended is None:
             return
-        (job.dir / "acked").touch()
+        (job.dir / "acked").write_text(_FINAL if final else "")
         del self.jobs[job.key]
 
     def prune(self, retention_s: float, now: float | None = None) -> int:
         """Delete the directories of jobs whose end schedd acknowledged more than
-        `retention_s` ago (the `acked` file's time); how many went. Blocking: call it
-        from a worker thread."""
+        `retention_s` ago (the `acked` file's time), and the checkpoints of a job that
+        ended for good there; how many went. Blocking: call it from a worker thread."""
         now = time.time() if now is None else now
         pruned = 0
         for job_dir in self.jobs_dir.iterdir():
+            acked = job_dir / "acked"
             try:
-                acked_at = (job_dir / "acked").stat().st_mtime
+                acked_at = acked.stat().st_mtime
+                final = acked.read_text() == _FINAL
             except OSError:
                 continue  # not acknowledged yet (or not a job's directory)
             if acked_at + retention_s <= now:
+                job_id = job_dir.name.rpartition(".")[0]
+                if final and job_id:  # never the root itself, whatever the name
+                    shutil.rmtree(self.checkpoint_root / job_id, ignore_errors=True)
                 shutil.rmtree(job_dir, ignore_errors=True)
                 pruned += not job_dir.exists()
         return pruned

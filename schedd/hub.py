@@ -24,7 +24,7 @@ from schedd.store import gangs as gang_parts
 from schedd.store import jobs, nodes
 from shared import logging, protocol
 from shared.config import SchedConfig
-from shared.model import JobState
+from shared.model import TERMINAL, JobState
 from shared.protocol import (
     ExitAck,
     GpuFault,
@@ -406,8 +406,15 @@ class Hub:
 
     async def _on_exited(self, link: AgentLink, event: JobExited) -> None:
         await self._record_exit(link.node_id, event)
-        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+        await self._ack(link, event.job_id, event.attempt)
         self.wake()
+
+    async def _ack(self, link: AgentLink, job_id: str, attempt: int) -> None:
+        """The end is committed: the agent may forget the attempt, and, where the job
+        ended for good with it, the job's checkpoints."""
+        row = await jobs.get(self.pool, job_id)
+        final = row is not None and row["attempt"] == attempt and JobState(row["state"]) in TERMINAL
+        await link.send(ExitAck(job_id=job_id, attempt=attempt, final=final))
 
     async def _record_exit(self, node_id: str, event: JobExited) -> None:
         """What the exit makes of the job; nothing for another attempt's, or an unknown job's."""
@@ -462,7 +469,7 @@ class Hub:
 
     async def _on_failed(self, link: AgentLink, event: JobFailed) -> None:
         await self._record_failure(link.node_id, event)
-        await link.send(ExitAck(job_id=event.job_id, attempt=event.attempt))
+        await self._ack(link, event.job_id, event.attempt)
         self.wake()
 
     async def _record_failure(self, node_id: str, event: JobFailed) -> None:

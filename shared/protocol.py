@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 
 # Agents must match. 2: SetKind; 3: gangs (Launch.gang, Inventory.address);
-# 4: Kill.checkpoint_s; 5: Inventory.coordinator; 6: Prefetch.user.
+# 4: Kill.checkpoint_s; 5: Inventory.coordinator; 6: Prefetch.user, ExitAck.final.
 PROTOCOL_VERSION = 6
 CLOSE_PROTOCOL_MISMATCH = 4400
 CLOSE_REPLACED = 4409  # the same node connected again; the older link is closed
@@ -276,6 +276,9 @@ class ExitAck(Msg, tag="exit_ack"):
 
     job_id: str
     attempt: int
+    # The job ended for good (succeeded, failed or cancelled: no attempt comes after):
+    # its checkpoints may go with the attempt's directory.
+    final: bool = False
 
 
 class LogRequest(Msg, tag="log_request"):

@@ -95,7 +95,7 @@ async def test_a_launch_follows_the_hello_and_events_drive_the_job(
     await ws.send_bytes(p.encode(p.JobStarted(job_id=job_id, attempt=1, pid=10)))
     await ws.send_bytes(p.encode(p.JobExited(job_id=job_id, attempt=1, exit_code=0)))
     ack = await next_msg(ws)
-    assert ack == p.ExitAck(job_id=job_id, attempt=1)
+    assert ack == p.ExitAck(job_id=job_id, attempt=1, final=True)  # no attempt after it
     row = await jobs.get(pool, job_id)
     assert (row["state"], row["exit_code"]) == ("succeeded", 0)
     await close(ws)
@@ -137,7 +137,7 @@ async def test_an_exit_reported_in_the_hello_is_recorded_and_acknowledged(
     await jobs.transition(pool, job_id, JobState.RUNNING, "started", attempt=1)
     ws = await connect(schedd.server)
     await hello(ws, p.JobReport(job_id=job_id, attempt=1, status="exited", exit_code=9))
-    assert await next_msg(ws) == p.ExitAck(job_id=job_id, attempt=1)
+    assert await next_msg(ws) == p.ExitAck(job_id=job_id, attempt=1, final=True)  # failed
     row = await state_becomes(pool, job_id, "failed")
     assert (row["exit_code"], row["attempt"]) == (9, 1)
     await close(ws)

@@ -251,3 +251,25 @@ async def test_a_checkpoint_directory_that_cannot_be_made_fails_the_job_saying_s
         runner.close()
         await shims.close()
         shutil.rmtree(sockets)
+
+
+async def test_a_job_that_ended_for_good_takes_its_checkpoints_with_its_directory(
+    tmp_path: Path,
+) -> None:
+    """An attempt schedd acknowledged as the job's last (`ExitAck.final`) takes the
+    job's checkpoint directory with its own at the retention; one after which the job
+    was requeued leaves them for the next attempt."""
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    for job_id in ("done", "requeued"):
+        await runner.start(launch(job_id, "print('hi')"))
+        (runner.checkpoint_root / job_id / "step-000000007").mkdir(parents=True)
+    async with asyncio.timeout(10):
+        while sum(isinstance(m, JobExited) for m in out.messages) < 2:
+            out.arrived.clear()
+            await out.arrived.wait()
+    runner.ack("done", 1, final=True)
+    runner.ack("requeued", 1)
+    assert (runner.checkpoint_root / "done").exists()  # not before the retention
+    assert runner.prune(0.0, now=time.time() + 1) == 2
+    assert os.listdir(runner.checkpoint_root) == ["requeued"]

@@ -54,7 +54,7 @@ def test_schedd_messages_round_trip(msg: p.Msg) -> None:
 def test_messages_are_tagged_json() -> None:
     assert (
         p.encode(p.ExitAck(job_id="j", attempt=1))
-        == b'{"type":"exit_ack","job_id":"j","attempt":1}'
+        == b'{"type":"exit_ack","job_id":"j","attempt":1,"final":false}'
     )
 
 
