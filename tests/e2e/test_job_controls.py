@@ -122,6 +122,8 @@ def test_share_suspend_resume_and_migration_of_a_training_job(running: Cluster) 
     control(cluster, alice, job_id, "migrate", {"node": other})
     wait_until(lambda: events_with(cluster, alice, job_id, "checkpointed: checkpoint of step"))
     saved = int(events_with(cluster, alice, job_id, "checkpointed:")[0]["reason"].split()[-2])
+    # The first attempt is still `running` until its exit after the save is recorded.
+    wait_until(lambda: cluster.job(alice, job_id)["attempt"] == 2, what="the second attempt")
     job = cluster.wait_state(alice, job_id, "running", timeout=30)
     assert job["attempt"] == 2 and job["placement"]["node_id"] == other
     assert job["checkpoint"] and job["checkpoint"].endswith(f"step-{saved:09d}")
