@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 
 import aiohttp
 
@@ -21,7 +20,7 @@ from agentd.job_controls import JobControls
 from agentd.job_observers import job_key
 from agentd.kill import kill
 from agentd.runner import Runner, end_message
-from agentd.stager import StageError
+from agentd.stager import Reader, StageError, StageProgress, Stager
 from shared import logging, protocol
 from shared.config import AgentConfig
 from shared.protocol import (
@@ -195,8 +194,9 @@ class Link:
                 self._set_kind(command)
             case Prefetch():
                 if runner.stager is not None:
+                    reader = runner.account_of(command.user)
                     self.supervisor.spawn(
-                        prefetch(runner, self.post, command), name=f"prefetch:{command.job_id}"
+                        prefetch(runner.stager, command, reader), name=f"prefetch:{command.job_id}"
                     )
             case LogRequest():
                 rid = command.request_id
@@ -290,30 +290,27 @@ class Link:
 PREFETCH = "prefetch:"  # the stager's key for a prefetch, apart from the job's own launch
 
 
-async def prefetch(runner: Runner, post: Callable[[Msg], None], command: Prefetch) -> None:
+def inputs_staged(report: StageProgress) -> InputsStaged:
+    """The stager's progress as schedd hears it (a prefetch's under the job's id)."""
+    return InputsStaged(
+        job_id=report.job_key.removeprefix(PREFETCH),
+        input=report.input,
+        bytes_done=report.bytes_done,
+        bytes_total=report.bytes_total,
+        done=report.done,
+        error=report.error,
+    )
+
+
+async def prefetch(stager: Stager, command: Prefetch, reader: Reader = None) -> None:
     """Copy the inputs now and leave them in the cache, unpinned: the launch, if it comes
     here, pins them again (and waits for this copy if it is still going); if the job is
     placed elsewhere, the copies are just the least recently used, free to evict. Under
-    `run_jobs_as = "owner"`, nothing its owner could not read is copied: the cache is
-    open to every user of the node."""
-    stager = runner.stager
-    assert stager is not None
-    refused = await asyncio.to_thread(runner.refused_inputs, command.user, command.inputs)
-    if refused is not None:
-        log.warning("prefetch refused", job_id=command.job_id, reason=str(refused))
-        post(
-            InputsStaged(
-                job_id=command.job_id,
-                input=refused.input,
-                bytes_done=0,
-                done=True,
-                error=refused.reason,
-            )
-        )
-        return
+    `run_jobs_as = "owner"` (`reader`), nothing its owner could not read is copied: the
+    cache is open to every user of the node."""
     key = PREFETCH + command.job_id
     try:
-        await stager.stage(key, command.inputs)
+        await stager.stage(key, command.inputs, reader)
     except StageError:
         pass  # the progress reports carry the reason to schedd
     finally:

@@ -16,14 +16,14 @@ from agentd.coordination import Coordination
 from agentd.coordinator import CoordinatorSettings
 from agentd.job_controls import JobControls
 from agentd.job_observers import JobObservers
-from agentd.link import PREFETCH, Link
+from agentd.link import Link, inputs_staged
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
 from agentd.simulated_usage import SimulatedUsage
 from agentd.stager import StageProgress, Stager
 from shared import daemon, logging, systemd
 from shared.config import AgentConfig
-from shared.protocol import InputsStaged, Inventory
+from shared.protocol import Inventory
 from shared.tasks import Supervisor
 
 log = logging.get("agentd")
@@ -115,16 +115,7 @@ async def async_main(config: AgentConfig) -> None:
     shims = ShimServer(socket_dir)
 
     def staged(report: StageProgress) -> None:
-        link.post(
-            InputsStaged(
-                job_id=report.job_key.removeprefix(PREFETCH),
-                input=report.input,
-                bytes_done=report.bytes_done,
-                bytes_total=report.bytes_total,
-                done=report.done,
-                error=report.error,
-            )
-        )
+        link.post(inputs_staged(report))
 
     stager = Stager(
         config.resolved_stage_cache_dir(),

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.accounts import Account, job_account, may_not_read
+from agentd.accounts import Account, job_account
 from agentd.coordinator import JobKind
 from agentd.job_observers import job_key
 from agentd.launcher import process_start_time, write_atomic
 from agentd.shim_server import ShimServer
-from agentd.stage_sources import parse_input
 from agentd.stager import StageError, Stager
 from shared import logging, shim
 from shared.protocol import Gang, JobExited, JobFailed, JobReport, JobStarted, Launch, Msg
@@ -76,20 +75,6 @@ def base_env(launch: Launch) -> dict[str, str]:
     if launch.gang is not None:
         env.update(gang_env(launch.gang))
     return env
-
-
-def _check_readable(account: Account, inputs: list[str]) -> None:
-    """Raise StageError for the first local input the job's owner could not read itself
-    (`accounts.may_not_read`): agentd copies as root. URLs and malformed inputs are the
-    stager's to judge. Blocking: a tree is walked."""
-    for raw in inputs:
-        try:
-            path = parse_input(raw).path
-        except StageError:
-            continue
-        closed = None if path is None else may_not_read(account, path)
-        if closed is not None:
-            raise StageError(raw, f"user {account.name!r} may not read {str(closed)!r}")
 
 
 def gang_env(gang: Gang) -> dict[str, str]:
@@ -185,23 +170,19 @@ class Runner:
             self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
             return
         env = base_env(launch)
-        account: Account | None = None
-        if self.run_as_owner:
-            found = job_account(launch.user)
-            if isinstance(found, str):
-                log.warning("job refused", job_id=launch.job_id, reason=found)
-                self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=found))
-                return
-            account = found
+        account = self.account_of(launch.user)
+        if isinstance(account, str):
+            log.warning("job refused", job_id=launch.job_id, reason=account)
+            self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=account))
+            return
+        if account is not None:
             env.update(USER=account.name, LOGNAME=account.name, HOME=account.home)
         if launch.inputs and self.stager is not None:
             if key in self._starting:
                 return  # a repeated launch while the first copies the inputs
             self._starting.add(key)
             try:
-                if account is not None:
-                    await asyncio.to_thread(_check_readable, account, launch.inputs)
-                paths = await self.stager.stage(launch.job_id, launch.inputs)
+                paths = await self.stager.stage(launch.job_id, launch.inputs, account)
             except StageError as exc:
                 self.stager.release(launch.job_id)
                 reason = f"staging inputs failed: {exc}"
@@ -262,19 +243,10 @@ class Runner:
         else:
             self._ended(job)
 
-    def refused_inputs(self, user: str, inputs: list[str]) -> StageError | None:
-        """With `run_as_owner`: why `user`'s job may not have these inputs copied (no
-        account here, or an input it could not read itself), else None. Blocking."""
-        if not self.run_as_owner:
-            return None
-        found = job_account(user)
-        if isinstance(found, str):
-            return StageError("", found)
-        try:
-            _check_readable(found, inputs)
-        except StageError as exc:
-            return exc
-        return None
+    def account_of(self, user: str) -> Account | str | None:
+        """With `run_as_owner`, the account a job of `user` runs as, or why it cannot
+        run here (`accounts.job_account`); None: jobs run as agentd."""
+        return job_account(user) if self.run_as_owner else None
 
     async def _shim_env(self, launch: Launch, account: Account | None) -> dict[str, str]:
         assert self.shims is not None

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from agentd.accounts import Account, may_not_read
 from agentd.stage_cache import CacheFull, StageCache
 from agentd.stage_sources import (
     Source,
@@ -42,6 +43,9 @@ from shared import logging
 __all__ = ["StageError", "StageProgress", "Stager"]
 
 log = logging.get("stager")
+
+# Whose rights the copies of a job's local inputs are judged by (`Stager.stage`).
+Reader = Account | str | None
 
 
 @dataclass(frozen=True)
@@ -116,10 +120,13 @@ class Stager:
                 self._loaded = True
                 log.info("stage cache opened", path=str(self.cache.root), **asdict(report))
 
-    async def stage(self, job_key: str, inputs: list[str]) -> list[Path]:
+    async def stage(self, job_key: str, inputs: list[str], reader: Reader = None) -> list[Path]:
         """The local path of each input, in order, once all are in the cache and pinned
-        for the job. Awaits a `prefetch` of the same inputs; retries a failed one."""
-        run = self._run(job_key, tuple(inputs))
+        for the job. Awaits a `prefetch` of the same inputs; retries a failed one.
+        `reader`: the account the job runs as, which must be able to read each local
+        input itself (the copy is agentd's, in a cache open to all), or why it has none
+        (every input is refused); None: any input."""
+        run = self._run(job_key, tuple(inputs), reader)
         try:
             return list(await asyncio.shield(run.task))
         except asyncio.CancelledError:
@@ -127,9 +134,9 @@ class Stager:
                 raise
             raise StageError("", "staging stopped: the job was released") from None
 
-    def prefetch(self, job_key: str, inputs: list[str]) -> None:
+    def prefetch(self, job_key: str, inputs: list[str], reader: Reader = None) -> None:
         """Starts staging without waiting; progress goes to `on_progress`."""
-        self._run(job_key, tuple(inputs))
+        self._run(job_key, tuple(inputs), reader)
 
     def release(self, job_key: str) -> None:
         """The job no longer needs its inputs: they may be evicted, its staging stops."""
@@ -155,23 +162,27 @@ class Stager:
 
     # -- one job --
 
-    def _run(self, job_key: str, inputs: tuple[str, ...]) -> _JobRun:
+    def _run(self, job_key: str, inputs: tuple[str, ...], reader: Reader) -> _JobRun:
         runs = self._jobs.setdefault(job_key, [])
         runs[:] = [r for r in runs if not _failed(r.task)]
         for run in runs:
             if run.inputs == inputs:
                 return run
-        task = asyncio.create_task(self._stage_job(job_key, inputs), name=f"stage {job_key}")
+        task = asyncio.create_task(
+            self._stage_job(job_key, inputs, reader), name=f"stage {job_key}"
+        )
         task.add_done_callback(_retrieve)
         runs.append(_JobRun(inputs, task))
         return runs[-1]
 
-    async def _stage_job(self, job_key: str, inputs: tuple[str, ...]) -> list[Path]:
+    async def _stage_job(self, job_key: str, inputs: tuple[str, ...], reader: Reader) -> list[Path]:
         await self.start()
         tasks: list[asyncio.Task[Path]] = []
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._stage_input(job_key, raw)) for raw in inputs]
+                tasks = [
+                    group.create_task(self._stage_input(job_key, raw, reader)) for raw in inputs
+                ]
         except ExceptionGroup:
             # The first failure in the job's own order, not in the order they happened.
             failures = [t.exception() for t in tasks if t.done() and not t.cancelled()]
@@ -181,10 +192,16 @@ class Stager:
         log.info("inputs staged", job_key=job_key, inputs=len(inputs))
         return [t.result() for t in tasks]
 
-    async def _stage_input(self, job_key: str, raw: str) -> Path:
+    async def _stage_input(self, job_key: str, raw: str, reader: Reader) -> Path:
         transfer: _Transfer | None = None
         try:
             source = parse_input(raw)
+            if isinstance(reader, str):
+                raise StageError(raw, reader)
+            if reader is not None and source.path is not None:
+                closed = await asyncio.to_thread(may_not_read, reader, source.path)
+                if closed is not None:
+                    raise StageError(raw, f"user {reader.name!r} may not read {str(closed)!r}")
             key, origin, size = await self._identify(source)
             if job_key not in self._jobs:
                 raise StageError(raw, "the job was released")  # and its pins dropped
