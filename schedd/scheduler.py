@@ -73,10 +73,6 @@ RUNS_PRUNE_EVERY_S = 3600.0  # the runs past the usage horizon are deleted this 
 SERVICE_CACHE_S = 30.0
 ESTIMATE_CACHE_S = 30.0  # history estimates change only as jobs of that name succeed
 ESTIMATE_CACHE_MAX = 100_000
-# A preemption is in flight from its commit until the victim's exit, at most the time it
-# has to save a checkpoint, its kill grace and this long: beyond that its node is taken
-# to be away, and holds nothing back.
-PREEMPT_SETTLE_S = 5.0
 # GPU samples wake a profile that packs at most this often while jobs take turns.
 PACK_SAMPLE_WAKE_S = 30.0
 # A plan's recheck time is never sooner than this from now: no busy loop on a clock edge.
@@ -115,10 +111,6 @@ class Scheduler:
         self.queues = policy_config.queue_specs(config)
         self.queue_config = dict(config.queues)
         self.half_life_s = config.usage_half_life_s
-        self.preempt_in_flight_s = (
-            config.preempt_checkpoint_s + config.kill_grace_s + PREEMPT_SETTLE_S
-        )
-        self._in_flight: tuple[str, ...] = ()  # victims of the last snapshot still stopping
         self._wakeup = asyncio.Event()
         self.waiting: dict[str, Wait] = {}
         self.reservations: dict[str, Reserve] = {}
@@ -282,20 +274,14 @@ class Scheduler:
         else:
             plan = self.profile.plan(snapshot, now)
         planned = time.perf_counter()
-        launched = preempted = deferred = suspended = resumed = migrated = resized = packed = 0
+        launched = preempted = suspended = resumed = migrated = resized = packed = 0
         kinds_changed = False
         reservations: dict[str, Reserve] = {}
-        in_flight = self._in_flight
         placed = {j.job_id: j for j in snapshot.placed}
         unfreed: set[str] = set()  # GPUs of the plan's suspends that were not carried out
         for action in plan.actions:
             if isinstance(action, Reserve):
                 reservations[action.job_id] = action  # nothing to send: the plan holds it
-            elif isinstance(action, Preempt) and in_flight:
-                # Victims of an earlier cycle still hold their GPUs until they exit, and a
-                # plan counts them as held: preempting more now would take too many. Their
-                # exits wake the scheduler, which plans again with the GPUs they freed.
-                deferred += 1
             elif unfreed and not unfreed.isdisjoint(_lands_on(action, placed)):
                 # Its GPUs were to be freed by a suspend just before it (time-slicing),
                 # which did not happen: the job there runs on. The next event plans again.
@@ -327,8 +313,6 @@ class Scheduler:
                         waiter.set_result(None)
             elif isinstance(action, Suspend) and action.job_id in placed:
                 unfreed.update(placed[action.job_id].gpu_uuids)
-        if deferred:
-            _explain_deferred(plan, in_flight)
         full = len(snapshot.pending) == window
         self.waiting, self.reservations = plan.waiting, reservations
         self.last = Cycle(now, snapshot.pending, plan)
@@ -363,7 +347,6 @@ class Scheduler:
             done=launched + preempted,
             launched=launched,
             preempted=preempted,
-            preempt_deferred=deferred,
             suspended=suspended,
             resumed=resumed,
             migrated=migrated,
@@ -443,11 +426,6 @@ class Scheduler:
             utilisation,
             turns,
             young,
-        )
-        self._in_flight = tuple(
-            r["id"]
-            for r in placed_rows
-            if r["state"] == JobState.PREEMPTING and r["in_state_s"] < self.preempt_in_flight_s
         )
         pending = tuple(
             PendingJob(
@@ -587,18 +565,6 @@ class Scheduler:
             for key, mean in (await jobs.mean_runtimes(self.pool, stale)).items():
                 cache[key] = (now, mean)
         return {k: cache[k][1] for k in keys if k in cache}
-
-
-def _explain_deferred(plan: Plan, in_flight: tuple[str, ...]) -> None:
-    """Jobs that were to preempt wait for the earlier victims instead, and say so."""
-    names = ", ".join(in_flight[:4]) + (" and more" if len(in_flight) > 4 else "")
-    wait = Wait(
-        "preempting",
-        f"waiting for {len(in_flight)} preempted job(s) to stop ({names}) before preempting more",
-    )
-    for job_id, why in plan.waiting.items():
-        if why.code == "preempting":
-            plan.waiting[job_id] = wait
 
 
 def _estimate(

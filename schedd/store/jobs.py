@@ -226,8 +226,7 @@ async def placed(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg
         " extract(epoch FROM progress_at)::float8 AS progress_s,"
         f" {_UTIL_ALONE} AS util_alone,"
         " extract(epoch FROM suspended_at)::float8 AS suspended_s,"
-        " extract(epoch FROM resumed_at)::float8 AS resumed_s,"
-        " extract(epoch FROM now() - updated_at)::float8 AS in_state_s FROM jobs"
+        " extract(epoch FROM resumed_at)::float8 AS resumed_s FROM jobs"
         " WHERE state = ANY($1::text[])"
         f" AND ($2::text IS NULL OR node_id = $2 OR {part_runs_on('$2', 'jobs')})",
         [s.value for s in HOLDS_RESOURCES],

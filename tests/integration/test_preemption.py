@@ -203,10 +203,13 @@ async def test_a_finished_job_is_not_preempted(schedd: Schedd, pool: asyncpg.Poo
     await agent.close()
 
 
-async def bob_borrows_both_gpus(schedd: Schedd, pool: asyncpg.Pool) -> tuple[FakeAgent, list[str]]:
-    """Two of bob's jobs in queue b run on the agent's two GPUs, one of them borrowed."""
+async def bob_borrows_both_gpus(
+    schedd: Schedd, pool: asyncpg.Pool, queue: str = "b"
+) -> tuple[FakeAgent, list[str]]:
+    """Two of bob's jobs in `queue` run on the agent's two GPUs, borrowed beyond its
+    guarantee."""
     agent = await FakeAgent(schedd.server).connect()
-    bobs = [await submit(pool, "bob", queue="b") for _ in range(2)]
+    bobs = [await submit(pool, "bob", queue=queue) for _ in range(2)]
     for _ in bobs:
         schedd.scheduler.wake()
         await agent.start(await agent.expect(p.Launch))
@@ -285,3 +288,39 @@ async def test_a_victim_too_young_to_preempt_is_preempted_once_it_comes_of_age(
         assert kill.job_id in bobs and kill.reason.startswith("preempted: queue a reclaims")
         # Woken once for the recheck, not polling in between.
         assert schedd.scheduler.cycles - cycles <= 3
+
+
+async def test_a_second_queue_reclaims_while_the_first_victim_is_still_stopping(
+    pool: asyncpg.Pool,
+) -> None:
+    """The plan counts a victim on its way out as leaving (its GPU is for the job it was
+    stopped for), so another queue's reclaim goes ahead at once, as the simulator
+    replays it, not after that victim's exit. (The borrower's queue is named last: its
+    second of use weighs nothing in the fair order, and equal shares go by name.)"""
+    queues = {
+        "a": QueueConfig(guarantee_gpus=1),
+        "c": QueueConfig(guarantee_gpus=1),
+        "x": QueueConfig(guarantee_gpus=0, max_gpus=2),
+    }
+    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
+    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
+        agent, bobs = await bob_borrows_both_gpus(schedd, pool, queue="x")
+        alices = await submit(pool, "alice", queue="a")
+        schedd.scheduler.wake()
+        first = await agent.expect(p.Kill)
+        assert first.job_id in bobs and first.reason.startswith("preempted: queue a reclaims")
+        carols = await submit(pool, "carol", queue="c")
+        schedd.scheduler.wake()
+        second = await agent.expect(p.Kill)
+        assert {first.job_id, second.job_id} == set(bobs)
+        assert second.reason.startswith("preempted: queue c reclaims")
+        assert (await jobs.get(pool, first.job_id))["state"] == "preempting"
+        # Each waits for its own victim, by name.
+        for waiter, victim in ((alices, first.job_id), (carols, second.job_id)):
+            why = schedd.scheduler.why_pending(waiter)
+            assert why.code == "preempting" and victim in why.reason, why
+        await exited(agent, first.job_id, signal=15)
+        assert (await agent.expect(p.Launch)).job_id == alices
+        await exited(agent, second.job_id, signal=15)
+        assert (await agent.expect(p.Launch)).job_id == carols
+        await agent.close()

@@ -300,6 +300,35 @@ def test_the_free_gpus_a_job_waits_on_with_leavers_are_held_for_it(profile: str)
     assert preempted(plan) == {"b-old"}
 
 
+@pytest.mark.parametrize("profile", ["drf", "default", "tiresias"])
+def test_the_gpus_of_a_leaver_count_for_one_waiting_job_only(profile: str) -> None:
+    """b-leaving (on its way out) frees 2 GPUs: enough for a1, which waits for it. a2,
+    behind a1 and as big, no longer counts on them: it makes room of its own (b-old)
+    at once, rather than wait on the same stop and preempt only after a1 has started."""
+    n1 = node("n1", 8)
+    held = [
+        placed("b-leaving", n1, [0, 1], queue="b", started_at=0.0, state="preempting"),
+        placed("b-old", n1, [2, 3], queue="b", started_at=0.0, attained_s=9e5),
+    ]
+    held += [placed(f"b-young{i}", n1, [i], queue="b", started_at=9_900.0) for i in range(4, 8)]
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=6)),
+        QueueSpec("b", guarantee=Resources(gpus=2)),
+    )
+    if profile == "tiresias":  # one tenant queue: victims by service within it
+        held = [dataclasses.replace(j, queue="a") for j in held]
+    jobs = [pending("a1", 2, queue="a", at=1.0)]
+    snap = snapshot([n1], jobs, held, queues=queues)
+    plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
+    assert plan.waiting["a1"].code == "preempting" and not preempted(plan)
+    jobs.append(pending("a2", 2, queue="a", at=2.0))
+    snap = snapshot([n1], jobs, held, queues=queues)
+    plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
+    assert "b-leaving" in plan.waiting["a1"].reason
+    assert preempted(plan) == {"b-old"}
+    assert plan.waiting["a2"].code == "preempting" and "b-leaving" not in plan.waiting["a2"].reason
+
+
 def test_tiresias_preempts_jobs_that_attained_more_service() -> None:
     n = node("n", 2)
     held = [placed("long", n, [0], attained_s=50_000.0), placed("short", n, [1], attained_s=100.0)]

@@ -75,16 +75,39 @@ def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
     found = _place_without(job, view, leaving, place)
     if isinstance(found, Placement):
         held = []
+        claimed: set[str] = set()
         for shard in found.shards:
             free = {g.uuid for g in view.capacity[shard.node_id].free_gpus}
             if mine := tuple(u for u in shard.gpu_uuids if u in free):
                 held.append(Shard(shard.node_id, mine))
-        view.hold(tuple(held))
+            claimed.update(u for u in shard.gpu_uuids if u not in free)
         nodes = {s.node_id for s in found.shards}
-        leaving = [j for j in leaving if any(s.node_id in nodes for s in j.shards)] or leaving
+        waited_on = [j for j in leaving if any(s.node_id in nodes for s in j.shards)]
+        _claim(view, claimed)
+        view.hold(tuple(held))  # a new generation: the leavers changed too
+        leaving = waited_on or leaving
     ids = list(dict.fromkeys(j.job_id for j in leaving))  # a job in pieces once
     named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
+
+
+def _claim(view: View, gpus: set[str]) -> None:
+    """The leavers' GPUs a waiting job will run on count for no later job of the plan:
+    each would otherwise wait on the same stops, and preempt only once the first had
+    taken them. What a leaver frees beyond them stays counted, by GPU alone (its CPUs
+    and memory go with the claimed part: the claimant's placement counted on them)."""
+    if not gpus:
+        return
+    pieces: list[PlacedJob] = []
+    for piece in leaving_jobs(view):
+        if all(u not in gpus for u in piece.gpu_uuids):
+            pieces.append(piece)
+            continue
+        for shard in piece.shards:
+            if rest := tuple(u for u in shard.gpu_uuids if u not in gpus):
+                part = (Shard(shard.node_id, rest),)
+                pieces.append(replace(piece, shards=part, request=Request(len(rest), 0.0, 0)))
+    view.memo[("leaving",)] = pieces
 
 
 def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
