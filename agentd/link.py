@@ -194,9 +194,8 @@ class Link:
                 self._set_kind(command)
             case Prefetch():
                 if runner.stager is not None:
-                    reader = runner.account_of(command.user)
                     self.supervisor.spawn(
-                        prefetch(runner.stager, command, reader), name=f"prefetch:{command.job_id}"
+                        prefetch_for(runner, command), name=f"prefetch:{command.job_id}"
                     )
             case LogRequest():
                 rid = command.request_id
@@ -300,6 +299,12 @@ def inputs_staged(report: StageProgress) -> InputsStaged:
         done=report.done,
         error=report.error,
     )
+
+
+async def prefetch_for(runner: Runner, command: Prefetch) -> None:
+    """`prefetch` with the rights of the account the job would run as."""
+    assert runner.stager is not None
+    await prefetch(runner.stager, command, await runner.account_of(command.user))
 
 
 async def prefetch(stager: Stager, command: Prefetch, reader: Reader = None) -> None:

@@ -170,7 +170,7 @@ class Runner:
             self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=reason))
             return
         env = base_env(launch)
-        account = self.account_of(launch.user)
+        account = await self.account_of(launch.user)
         if isinstance(account, str):
             log.warning("job refused", job_id=launch.job_id, reason=account)
             self.post(JobFailed(job_id=launch.job_id, attempt=launch.attempt, reason=account))
@@ -243,10 +243,13 @@ class Runner:
         else:
             self._ended(job)
 
-    def account_of(self, user: str) -> Account | str | None:
+    async def account_of(self, user: str) -> Account | str | None:
         """With `run_as_owner`, the account a job of `user` runs as, or why it cannot
-        run here (`accounts.job_account`); None: jobs run as agentd."""
-        return job_account(user) if self.run_as_owner else None
+        run here (`accounts.job_account`); None: jobs run as agentd. The lookup goes to
+        a worker thread: NSS may ask a directory server over the network."""
+        if not self.run_as_owner:
+            return None
+        return await asyncio.to_thread(job_account, user)
 
     async def _shim_env(self, launch: Launch, account: Account | None) -> dict[str, str]:
         assert self.shims is not None

@@ -77,8 +77,8 @@ def test_the_printed_curl_line_submits_a_job_that_succeeds(tmp_path: Path) -> No
         assert logs.stdout == "42\n"
     finally:
         proc.send_signal(signal.SIGINT)
-        # Read what the daemons log while they stop: with nobody reading, a full pipe
-        # blocks their writes and the shutdown with them (a slow machine logs more).
+        # Read what the daemons log while they stop: an unread pipe that filled up
+        # would block their writes, and the shutdown with them.
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, rest[-4000:]
     # Ctrl-C stopped the daemons and the embedded PostgreSQL they started.

@@ -17,7 +17,7 @@ import pytest
 
 from agentd.job_controls import JobControls
 from agentd.kill import kill
-from agentd.link import inputs_staged, prefetch
+from agentd.link import inputs_staged, prefetch_for
 from agentd.runner import Runner
 from agentd.shim_server import ShimServer
 from agentd.stager import Stager
@@ -233,11 +233,6 @@ async def test_an_input_its_owner_could_not_read_is_not_copied_for_the_job(
     assert not runner.job_dir("j2", 1).exists()
 
 
-async def fetch(agent: Agent, command: Prefetch) -> None:
-    """What agentd does with a Prefetch (`Link`): copies as the job's owner may read."""
-    await prefetch(agent.stager, command, agent.runner.account_of(command.user))
-
-
 async def test_a_prefetch_copies_nothing_its_owner_could_not_read(agent: Agent) -> None:
     """The cache is open to every user of the node: a prefetch (ahead of any launch)
     checks the job's owner as a launch does, else a job's inputs would lie there for
@@ -249,7 +244,7 @@ async def test_a_prefetch_copies_nothing_its_owner_could_not_read(agent: Agent) 
     (work / "open.txt").write_text("open data\n")
     secret = str(closed / "weights.txt")
 
-    await fetch(agent, Prefetch(job_id="j1", inputs=[secret], user="nobody"))
+    await prefetch_for(agent.runner, Prefetch(job_id="j1", inputs=[secret], user="nobody"))
     refused = await out.wait_for(InputsStaged)
     assert isinstance(refused, InputsStaged)
     assert (refused.input, refused.done) == (secret, True)
@@ -257,11 +252,11 @@ async def test_a_prefetch_copies_nothing_its_owner_could_not_read(agent: Agent) 
     assert agent.stager.cache.entries == {}  # nothing copied
 
     out.messages.clear()
-    await fetch(agent, Prefetch(job_id="j2", inputs=[secret], user="no-such-7f3a"))
+    await prefetch_for(agent.runner, Prefetch(job_id="j2", inputs=[secret], user="no-such-7f3a"))
     unknown = await out.wait_for(InputsStaged)
     assert isinstance(unknown, InputsStaged) and unknown.error is not None
     assert unknown.error.startswith("user 'no-such-7f3a' has no account on this node")
 
     open_input = str(work / "open.txt")
-    await fetch(agent, Prefetch(job_id="j3", inputs=[open_input], user="nobody"))
+    await prefetch_for(agent.runner, Prefetch(job_id="j3", inputs=[open_input], user="nobody"))
     assert len(agent.stager.cache.entries) == 1  # what nobody may read is copied

@@ -51,7 +51,8 @@ def protected(job: PlacedJob, view: View) -> bool:
 def leaving_jobs(view: View) -> list[PlacedJob]:
     """Placed jobs already on their way out when the cycle began (in the snapshot), as
     what each will free: a job moving within a node (a shrink, or a move to other GPUs
-    there) frees only the GPUs it leaves behind, in pieces of one shard each."""
+    there) frees only the GPUs it leaves behind, in pieces of one shard each. Less the
+    GPUs that jobs waiting on them earlier in the plan claimed (`await_leavers`)."""
     key = ("leaving",)
     known = view.memo.get(key)
     if known is None:
@@ -81,11 +82,10 @@ def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
             if mine := tuple(u for u in shard.gpu_uuids if u in free):
                 held.append(Shard(shard.node_id, mine))
             claimed.update(u for u in shard.gpu_uuids if u not in free)
-        nodes = {s.node_id for s in found.shards}
-        waited_on = [j for j in leaving if any(s.node_id in nodes for s in j.shards)]
         _claim(view, claimed)
         view.hold(tuple(held))  # a new generation: the leavers changed too
-        leaving = waited_on or leaving
+        nodes = {s.node_id for s in found.shards}
+        leaving = [j for j in leaving if any(s.node_id in nodes for s in j.shards)] or leaving
     ids = list(dict.fromkeys(j.job_id for j in leaving))  # a job in pieces once
     named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
@@ -105,9 +105,14 @@ def _claim(view: View, gpus: set[str]) -> None:
             continue
         for shard in piece.shards:
             if rest := tuple(u for u in shard.gpu_uuids if u not in gpus):
-                part = (Shard(shard.node_id, rest),)
-                pieces.append(replace(piece, shards=part, request=Request(len(rest), 0.0, 0)))
+                pieces.append(_gpus_of(piece, Shard(shard.node_id, rest)))
     view.memo[("leaving",)] = pieces
+
+
+def _gpus_of(job: PlacedJob, shard: Shard) -> PlacedJob:
+    """The part of a leaving job that frees these GPUs and nothing else (its CPUs and
+    memory stay with it, or with whoever counted on them)."""
+    return replace(job, shards=(shard,), request=Request(len(shard.gpu_uuids), 0.0, 0))
 
 
 def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
@@ -123,8 +128,7 @@ def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
         # It stays on this node: its CPUs and memory too.
         freed = tuple(u for u in shard.gpu_uuids if u not in kept)
         if freed:
-            piece = (Shard(shard.node_id, freed),)
-            pieces.append(replace(job, shards=piece, request=Request(len(freed), 0.0, 0)))
+            pieces.append(_gpus_of(job, Shard(shard.node_id, freed)))
     return pieces
 
 
