@@ -26,6 +26,9 @@ def test_the_printed_curl_line_submits_a_job_that_succeeds(tmp_path: Path) -> No
         stderr=subprocess.STDOUT,
         env=env,
         text=True,
+        # Ctrl-C at a terminal: a SIGINT the suite inherited as ignored (a background
+        # job's, under a non-interactive shell) would be ignored by the script too.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None
@@ -77,9 +80,6 @@ def test_the_printed_curl_line_submits_a_job_that_succeeds(tmp_path: Path) -> No
         assert logs.stdout == "42\n"
     finally:
         proc.send_signal(signal.SIGINT)
-        # Read what the daemons log while they stop: an unread pipe that filled up
-        # would block their writes, and the shutdown with them.
-        rest, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, rest[-4000:]
+        assert proc.wait(60) == 0
     # Ctrl-C stopped the daemons and the embedded PostgreSQL they started.
     assert not (tmp_path / "run" / "schedd" / "postgres" / "postmaster.pid").exists()
