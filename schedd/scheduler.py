@@ -19,6 +19,7 @@ import asyncpg
 
 from schedd import job_controls, policy_config
 from schedd.cached_read import CachedRead
+from schedd.collector import collector_paused
 from schedd.estimator.examples import example
 from schedd.estimator.features import of_row
 from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
@@ -248,6 +249,10 @@ class Scheduler:
                 await asyncio.sleep(1.0)
                 self._wakeup.set()
 
+    def _plan(self, snapshot: Snapshot, now: float) -> Plan:
+        with collector_paused():
+            return self.profile.plan(snapshot, now)
+
     def _timeout(self) -> float | None:
         """How long to wait for an event before planning anyway: the profile's tick while
         jobs wait or run, or until the last plan said its answer could change."""
@@ -270,9 +275,9 @@ class Scheduler:
         now = time.time()
         # Deadline admission solves a MILP: never on the event loop.
         if len(snapshot.pending) > PLAN_IN_THREAD_ABOVE or self.decides_deadlines:
-            plan = await asyncio.to_thread(self.profile.plan, snapshot, now)
+            plan = await asyncio.to_thread(self._plan, snapshot, now)
         else:
-            plan = self.profile.plan(snapshot, now)
+            plan = self._plan(snapshot, now)
         planned = time.perf_counter()
         launched = preempted = suspended = resumed = migrated = resized = packed = 0
         kinds_changed = False

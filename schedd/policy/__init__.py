@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from schedd.policy import framework
 from schedd.policy.actions import Plan
+from schedd.policy.immutable import immutable
 from schedd.policy.profiles import BUILTIN, ProfileSpec, stages
 from schedd.policy.snapshot import Snapshot
 
 PlanFn = Callable[[Snapshot, float], Plan]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Profile:
     """A named policy: its plan function and what the shell must give it.
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from schedd.policy.immutable import immutable
 from schedd.policy.snapshot import Shard
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Launch:
     """Start a pending job on `shards`: its `request.gpus` GPUs, or, for an elastic job,
     any count in its `gpu_range` (it starts smaller where that is all there is)."""
@@ -27,20 +28,20 @@ class Launch:
         return tuple(u for s in self.shards for u in s.gpu_uuids)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Stop:
     job_id: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Preempt:
     job_id: str
     reason: str
     requeue: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Suspend:
     """Pause a running job at its next mini-batch boundary, its GPU memory given up
     (Gandiva's time-slicing): it keeps its process and its GPUs to resume on, and
@@ -50,7 +51,7 @@ class Suspend:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Resume:
     """Let a suspended job go on where it was, on the GPUs it was paused on. With
     `beside`, it runs at once with that job, which holds those GPUs and keeps running
@@ -62,7 +63,7 @@ class Resume:
     beside: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Migrate:
     """Checkpoint the job and resume it on `node_id`, on `gpu_uuids` (free in the plan's
     view when decided): it becomes a `migrating` PlacedJob that holds its own GPUs and
@@ -76,7 +77,7 @@ class Migrate:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Resize:
     """Restart an elastic job from its checkpoint on `gpus` GPUs: `gpu_uuids` on
     `node_id` where a plan chose them (free in its view, or the job's own), held as a
@@ -91,7 +92,7 @@ class Resize:
     gpu_uuids: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class SetLimits:
     job_id: str
     reason: str
@@ -100,7 +101,7 @@ class SetLimits:
     compute_share: int | None = None  # 0-100; 0 means suspended
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Prefetch:
     job_id: str
     node_id: str
@@ -108,7 +109,7 @@ class Prefetch:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Reserve:
     """GPUs held for a blocked gang until `expected_start`; only shorter jobs backfill them."""
 
@@ -118,7 +119,7 @@ class Reserve:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class AdmitDeadline:
     """Whether a job's deadline is guaranteed: decided once (a guarantee is withdrawn
     only when the cluster can no longer keep it); the shell records it on the job."""
@@ -128,7 +129,7 @@ class AdmitDeadline:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class SetKind:
     """Make the job guaranteed or opportunistic (AntMan). A waiting job starts as the
     new kind; a running one keeps its GPUs and process, and only the agent's treatment
@@ -155,7 +156,7 @@ Action = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Wait:
     """Why a pending job was not started: a stable code to count by, and words for people."""
 

@@ -24,7 +24,6 @@ own: stricter, never looser.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -33,6 +32,8 @@ from highspy import HighsLp, HighsVarType, MatrixFormat, kHighsInf
 # The public `highspy.Highs` enables callbacks in its constructor, which prints HiGHS'
 # banner before output can be switched off; the core class waits for its options.
 from highspy import _Highs as Highs  # type: ignore[attr-defined]
+
+from schedd.policy.immutable import immutable
 
 # A branch-and-bound node limit rather than a time limit: the answer must not depend
 # on how fast the machine is (the simulator replays the very same decisions).
@@ -48,7 +49,7 @@ class DeadlineJob(NamedTuple):  # a tuple: one is made per guarantee and plan
     committed: bool  # guaranteed already
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Decision:
     admitted: bool
     reason: str

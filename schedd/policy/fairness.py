@@ -32,12 +32,23 @@ def _history_share(gpu_seconds: float, view: View) -> float:
 def _past_term(usage: dict[Any, float], group: Hashable, view: View) -> float:
     """The weighted past-use part of a group's share: fixed for the whole plan, while the
     part from what it holds now moves with every job the plan starts."""
-    key = ("past_share", group)
-    known = view.memo.get(key)
+    terms = _past_terms(view)
+    known = terms.get(group)
     if known is None:
         past = _history_share(usage.get(group, 0.0), view)
-        known = view.memo[key] = view.settings.history_weight * past
-    return known  # type: ignore[return-value]
+        known = terms[group] = view.settings.history_weight * past
+    return known
+
+
+def _past_terms(view: View) -> dict[Hashable, float]:
+    terms = view.memo.get(_PAST_TERMS)
+    if terms is None:
+        terms = view.memo[_PAST_TERMS] = {}
+    return terms  # type: ignore[return-value]
+
+
+# The memo's key of the past terms by group: a queue by its name, a user by (queue, user).
+_PAST_TERMS = ("past_share",)
 
 
 def queue_share(queue: str, view: View) -> float:
@@ -48,10 +59,11 @@ def queue_share(queue: str, view: View) -> float:
     )
 
 
-def user_share(queue: str, user: str, view: View) -> float:
-    held = view.user_allocated.get((queue, user))
+def user_share(user: tuple[str, str], view: View) -> float:
+    """The share of `user`, (queue, user), within its queue."""
+    held = view.user_allocated.get(user)
     now = held.dominant_share(view.total) if held is not None else 0.0
-    return now + _past_term(view.snapshot.usage.users, (queue, user), view)
+    return now + _past_term(view.snapshot.usage.users, user, view)
 
 
 def fair_path(job: PendingJob) -> tuple[Hashable, ...]:
@@ -62,7 +74,6 @@ def fair_path(job: PendingJob) -> tuple[Hashable, ...]:
 def fair_rank(group: Hashable, depth: int, view: View) -> tuple[float, str]:
     """A group's weighted share among its siblings (a queue, or a user in a queue)."""
     if isinstance(group, tuple):
-        queue, user = group
-        return (user_share(queue, user, view), user)
+        return (user_share(group, view), group[1])
     assert isinstance(group, str)
     return (queue_share(group, view), group)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
+from schedd.policy.immutable import immutable
 from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers
 from schedd.policy.place import share
@@ -68,7 +68,7 @@ GUARANTEE_BACK = "its guarantee is there again: it starts guaranteed"
 NO_SHAREABLE_GPU = "no_shareable_gpu"
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Stages:
     order: OrderFn
     admit: tuple[AdmitFn, ...]
@@ -340,6 +340,7 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.
 _never_fit = Kept[dict[Request, Wait | None]]()
+_UNKNOWN = Wait("", "")  # not asked yet (None is an answer)
 
 
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -348,9 +349,11 @@ def _never_fits(view: View, job: PendingJob) -> Wait | None:
     known = _never_fit.get(*key)
     if known is None:
         known = _never_fit.put({}, *key)
-    if job.request not in known:
-        known[job.request] = never_fits(view, job)
-    return known[job.request]
+    request = job.request
+    wait = known.get(request, _UNKNOWN)
+    if wait is _UNKNOWN:
+        wait = known[request] = never_fits(view, job)
+    return wait
 
 
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:

@@ -23,6 +23,8 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from schedd.policy.immutable import immutable
+
 MAX_POINTS = 1024  # distinct service values kept: the table's cost is grid x points
 # Attained-service values at which the index is tabled: quantiles of the history, and
 # a geometric series, since between two finished jobs' values the index rises.
@@ -95,7 +97,7 @@ def _thin(values: list[float], masses: list[float]) -> tuple[list[float], list[f
     return out_v, out_m
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class GittinsTable:
     """The index as a step function of attained service: `indices[i]` holds from
     `points[i]` up to the next point. The index rises as a job nears the next value at

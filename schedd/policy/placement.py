@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from operator import attrgetter
 
+from schedd.policy.immutable import immutable
 from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Shard
 from schedd.policy.view import View
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Placement:
     shards: tuple[Shard, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class NoFit:
     """No placement now; `filtered` counts nodes by the first check they failed."""
 

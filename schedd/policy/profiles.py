@@ -34,6 +34,7 @@ from schedd.policy.framework import (
     Stages,
 )
 from schedd.policy.gittins import MIN_SAMPLES
+from schedd.policy.immutable import immutable
 from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import gittins_sparing_urgent, reclaim, timeslice
@@ -140,7 +141,7 @@ class ProfileError(ValueError):
         self.reason = reason
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@immutable
 class ProfileSpec:
     """What a profile names, as written in config (strings, checked by `stages`)."""
 

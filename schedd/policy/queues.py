@@ -8,12 +8,12 @@ guarantee, no max and weight 1 (a cluster with no queues configured has no quota
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
+from schedd.policy.immutable import immutable
 from schedd.policy.resources import NOTHING, Resources
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class QueueSpec:
     name: str  # "org" or "org/team"
     guarantee: Resources = NOTHING

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from schedd.policy.immutable import immutable
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Resources:
     gpus: int = 0
     cpus: float = 0.0

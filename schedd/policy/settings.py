@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from schedd.policy.immutable import immutable
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Settings:
     # Run time assumed for a job with no estimate (reservations, backfill, SRTF).
     default_estimate_s: float = 3600.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schedd.policy.gittins import ServiceHistory
+from schedd.policy.immutable import immutable
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 
@@ -39,10 +40,12 @@ _SHARING_STATES = frozenset({SUSPENDED, PACKED})
 def holds_gpus(job: PendingJob | PlacedJob) -> bool:
     """Whether the job's GPUs are its own: false for an opportunistic job, and for a
     suspended or packed one (its GPUs are another job's until it resumes alone)."""
-    return job.kind != OPPORTUNISTIC and getattr(job, "state", None) not in _SHARING_STATES
+    if job.kind == OPPORTUNISTIC:
+        return False
+    return not isinstance(job, PlacedJob) or job.state not in _SHARING_STATES
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Gpu:
     uuid: str
     index: int
@@ -52,7 +55,7 @@ class Gpu:
     memory_used_mib: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Node:
     node_id: str
     gpus: tuple[Gpu, ...]
@@ -73,7 +76,7 @@ def usable(node: Node) -> list[Gpu]:
     return list(node.gpus) if not node.out else [g for g in node.gpus if g.uuid not in node.out]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Request:
     """What one job asks for in all; a job across nodes splits it by its GPUs per node."""
 
@@ -120,7 +123,7 @@ def interned(request: Request) -> Request:
     return request
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class PendingJob:
     job_id: str
     user: str
@@ -155,7 +158,7 @@ class PendingJob:
     resume_on: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Shard:
     """The part of a job on one node."""
 
@@ -163,7 +166,7 @@ class Shard:
     gpu_uuids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class PlacedJob:
     """A job that holds resources: assigned, running, or being stopped."""
 
@@ -221,7 +224,7 @@ class PlacedJob:
         return self.state in ("assigned", "running")
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Usage:
     """Decayed past use, in GPU-seconds, kept by the shell (store or simulator)."""
 
@@ -229,7 +232,7 @@ class Usage:
     users: dict[tuple[str, str], float] = field(default_factory=dict)  # (queue, user)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Snapshot:
     nodes: tuple[Node, ...]  # connected nodes only: nothing is placed on a node that is away
     placed: tuple[PlacedJob, ...]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from schedd.policy.immutable import immutable
 from schedd.policy.placed_totals import placed_totals
 from schedd.policy.queues import QueueSpec, lineage, unconfigured
 from schedd.policy.resources import NOTHING, Resources
@@ -31,7 +32,7 @@ from schedd.policy.snapshot import (
 _GPUS_ONLY = Request(0, 0.0, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Reservation:
     """GPUs held for a blocked job that expects to start at `expected_start`."""
 

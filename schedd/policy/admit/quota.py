@@ -8,24 +8,30 @@ from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
+_UNSEEN = object()  # None is an answer: the job is admitted
+
 
 def admit(job: PendingJob, view: View) -> Wait | None:
     # The answer only changes when the plan changes the view: many pending jobs of one
     # queue ask for the same.
     key = ("quota", job.queue, job.request, view.generation)
-    if key in view.memo:
-        return view.memo[key]  # type: ignore[return-value]
-    wait = view.memo[key] = _admit(job, view)
-    return wait
+    wait = view.memo.get(key, _UNSEEN)
+    if wait is _UNSEEN:
+        wait = view.memo[key] = _admit(job, view)
+    return wait  # type: ignore[return-value]
 
 
 def _admit(job: PendingJob, view: View) -> Wait | None:
-    wants = job.request.resources()
+    request = job.request
     for q in lineage(job.queue):
         limit = view.queue(q).max
         if limit is None:
             continue
-        over = (view.allocated.get(q, NOTHING) + wants).exceeds(limit)
+        held = view.allocated.get(q, NOTHING)
+        # Most queues have room: checked without building the sum.
+        if held.gpus + request.gpus <= limit.gpus and not (limit.cpus or limit.memory_mib):
+            continue
+        over = (held + request.resources()).exceeds(limit)
         if over is not None:
             return Wait("queue_max", f"queue {q} would exceed its max: {over}")
     return None

@@ -39,6 +39,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     after = view.settings.opportunistic_after_s
     largest = view.largest_node_gpus()
     actions: list[Action] = []
+    reasons: dict[tuple[int, str], str] = {}  # a backlog's jobs mostly share their words
     for job in view.snapshot.pending:
         wait = plan.waiting.get(job.job_id)
         if job.kind == OPPORTUNISTIC or not _may_turn(job) or wait is None:
@@ -47,14 +48,14 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             continue  # an opportunistic job runs on one node
         waited = view.now - job.submitted_at
         if wait.code not in NOT_FOR_SHARING and waited >= after:
-            actions.append(
-                SetKind(
-                    job.job_id,
-                    OPPORTUNISTIC,
-                    f"waited {waited / 60:.0f} min (the mark is {after / 60:g} min; {wait.code}):"
-                    " runs on little-used GPUs until it may hold GPUs of its own",
+            said = (round(waited / 60), wait.code)
+            reason = reasons.get(said)
+            if reason is None:
+                reason = reasons[said] = (
+                    f"waited {said[0]} min (the mark is {after / 60:g} min; {wait.code}):"
+                    " runs on little-used GPUs until it may hold GPUs of its own"
                 )
-            )
+            actions.append(SetKind(job.job_id, OPPORTUNISTIC, reason))
     if any(w.code == "preempting" for w in plan.waiting.values()):
         # Room being made counts on free GPUs besides the victims', opportunistic-held
         # ones among them: upgrading one now could take what a preemption is for.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from schedd.policy.actions import Wait
+from schedd.policy.immutable import immutable
 from schedd.policy.kept import Kept
 from schedd.policy.placed_totals import placed_totals
 from schedd.policy.placement import NoFit, Placement, needs_spreading
@@ -23,7 +24,7 @@ from schedd.policy.view import View
 PlaceFn = Callable[[PendingJob, View], Placement | NoFit]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Eviction:
     victims: tuple[PlacedJob, ...]
     reason: str  # told to each victim, e.g. "reclaimed by queue a for job 7"

@@ -26,15 +26,13 @@ RankFn = Callable[[Hashable, int, View], Rank]  # (group key, depth, view)
 
 
 class _Group:
-    __slots__ = ("children", "heap", "jobs")
+    __slots__ = ("children", "heap", "jobs", "key")
 
-    def __init__(self) -> None:
+    def __init__(self, key: Hashable) -> None:
+        self.key = key  # what `rank` is asked of
         self.children: dict[Hashable, _Group] = {}
         self.heap: list[tuple[Rank, int, _Group]] = []
         self.jobs: deque[PendingJob] = deque()
-
-    def empty(self) -> bool:
-        return not self.heap and not self.jobs
 
 
 def serve_tree(
@@ -45,7 +43,7 @@ def serve_tree(
     within: Callable[[PendingJob], Any] | None = priority_key,
 ) -> Iterator[PendingJob]:
     """`within` orders a group's own jobs; None: `pending` is in that order already."""
-    root = _Group()
+    root = _Group(None)
     leaves: dict[tuple[str, str], deque[PendingJob]] = {}
     for job in pending if within is None else sorted(pending, key=within):
         leaf = leaves.get((job.queue, job.user))
@@ -54,7 +52,7 @@ def serve_tree(
             for key in path_of(job):
                 child = node.children.get(key)
                 if child is None:
-                    child = node.children[key] = _Group()
+                    child = node.children[key] = _Group(key)
                 node = child
             leaf = leaves[(job.queue, job.user)] = node.jobs
         leaf.append(job)
@@ -69,7 +67,6 @@ def serve_tree(
         heapq.heapify(node.heap)
 
     fill(root, 0)
-    keys = {id(child): key for node in _walk(root) for key, child in node.children.items()}
     while root.heap:
         path: list[_Group] = []
         node = root
@@ -86,15 +83,9 @@ def serve_tree(
         for depth in range(len(path) - 1, -1, -1):
             parent = path[depth]
             _, order, child = parent.heap[0]
-            if child.empty():
+            if not child.heap and not child.jobs:
                 heapq.heappop(parent.heap)
             elif changed:
-                heapq.heapreplace(parent.heap, (rank(keys[id(child)], depth, view), order, child))
+                heapq.heapreplace(parent.heap, (rank(child.key, depth, view), order, child))
             else:
                 break  # nothing above changed either
-
-
-def _walk(node: _Group) -> Iterator[_Group]:
-    yield node
-    for child in node.children.values():
-        yield from _walk(child)

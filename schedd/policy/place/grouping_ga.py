@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from schedd.policy.immutable import immutable
 
 UNSEATED = -1
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Bin:
     node_id: str
     size: int  # GPUs of the node
     free: int  # GPUs free before the burst
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Budget:
     generations: int = 20
     population: int = 8
     stall: int = 5  # generations without a better best before stopping
+
+
+DEFAULT_BUDGET = Budget()
 
 
 class _Packing:
@@ -84,7 +88,10 @@ class _Packing:
 
 
 def pack(
-    items: Sequence[tuple[str, int]], bins: Sequence[Bin], seed: int, budget: Budget = Budget()
+    items: Sequence[tuple[str, int]],
+    bins: Sequence[Bin],
+    seed: int,
+    budget: Budget = DEFAULT_BUDGET,
 ) -> dict[str, str]:
     """Job id -> node id for the jobs the best packing found seats (the rest: absent).
     `bins` in the order first fit tries them (the caller's best fit)."""

@@ -23,7 +23,7 @@ AFFINITY_SCAN = 32
 def place(job: PendingJob, view: View) -> Placement | NoFit:
     if needs_spreading(job, view):
         return _gang(job, view)
-    filtered: Counter[str] = Counter()
+    filtered: Counter[str] | None = None  # made at the first node that does not fit
     gpus = job.request.gpus
     sizes = view.gpu_sizes
     for bucket in view.by_free[gpus:]:
@@ -41,10 +41,12 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         for node_id in chain(ranked, islice(bucket, AFFINITY_SCAN, None)):
             fit = fit_on(view, node_id, job)
             if isinstance(fit, str):
+                if filtered is None:
+                    filtered = Counter()
                 filtered[fit] += 1
                 continue
             return Placement((Shard(node_id, fit),))
-    return no_fit(view, job, filtered)
+    return no_fit(view, job, Counter() if filtered is None else filtered)
 
 
 def _gang(job: PendingJob, view: View) -> Placement | NoFit:
