@@ -8,7 +8,7 @@ the dominant share of what a group holds now.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from schedd.policy.queues import lineage
@@ -59,21 +59,37 @@ def queue_share(queue: str, view: View) -> float:
     )
 
 
-def user_share(user: tuple[str, str], view: View) -> float:
-    """The share of `user`, (queue, user), within its queue."""
-    held = view.user_allocated.get(user)
-    now = held.dominant_share(view.total) if held is not None else 0.0
-    return now + _past_term(view.snapshot.usage.users, user, view)
-
-
 def fair_path(job: PendingJob) -> tuple[Hashable, ...]:
     """The job's place in the fair tree: each queue of its lineage, then its user."""
     return (*lineage(job.queue), (job.queue, job.user))
 
 
-def fair_rank(group: Hashable, depth: int, view: View) -> tuple[float, str]:
-    """A group's weighted share among its siblings (a queue, or a user in a queue)."""
-    if isinstance(group, tuple):
-        return (user_share(group, view), group[1])
-    assert isinstance(group, str)
-    return (queue_share(group, view), group)
+def fair_ranker(view: View) -> Callable[[Hashable, int, View], tuple[float, str]]:
+    """A group's weighted share among its siblings (a queue, or a user in a queue: its
+    share within the queue), as the fair tree ranks it; what stays fixed in the plan
+    (the past terms, the weights) read once, since the tree ranks a group again after
+    every job the plan starts."""
+    total = view.total
+    allocated, user_allocated = view.allocated, view.user_allocated
+    terms = _past_terms(view)
+    weights: dict[str, float] = {}
+
+    def rank(group: Hashable, depth: int, view: View) -> tuple[float, str]:
+        past = terms.get(group)
+        if isinstance(group, tuple):
+            held = user_allocated.get(group)
+            now = held.dominant_share(total) if held is not None else 0.0
+            if past is None:
+                past = _past_term(view.snapshot.usage.users, group, view)
+            return (now + past, group[1])
+        assert isinstance(group, str)
+        held = allocated.get(group)
+        now = held.dominant_share(total) if held is not None else 0.0
+        if past is None:
+            past = _past_term(view.snapshot.usage.queues, group, view)
+        weight = weights.get(group)
+        if weight is None:
+            weight = weights[group] = max(view.queue(group).weight, 1e-9)
+        return ((now + past) / weight, group)
+
+    return rank

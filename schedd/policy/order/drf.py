@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from schedd.policy.fairness import fair_path, fair_rank
+from schedd.policy.fairness import fair_path, fair_ranker
 from schedd.policy.order.groups import serve_tree
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
 
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
-    return serve_tree(pending, view, fair_path, fair_rank)
+    return serve_tree(pending, view, fair_path, fair_ranker(view))

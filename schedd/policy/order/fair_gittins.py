@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from schedd.policy.fairness import fair_path, fair_rank
+from schedd.policy.fairness import fair_path, fair_ranker
 from schedd.policy.kept import Kept
 from schedd.policy.order.gittins import pending_rank, table
 from schedd.policy.order.groups import serve_tree
@@ -33,4 +33,4 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
             learned,
             view.settings,
         )
-    return serve_tree(within, view, fair_path, fair_rank, within=None)
+    return serve_tree(within, view, fair_path, fair_ranker(view), within=None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from schedd.policy.fairness import fair_path, fair_rank
+from schedd.policy.fairness import fair_path, fair_ranker
 from schedd.policy.order.groups import serve_tree
 from schedd.policy.order.las import level
 from schedd.policy.snapshot import PendingJob
@@ -20,6 +20,6 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
         pending,
         view,
         fair_path,
-        fair_rank,
+        fair_ranker(view),
         within=lambda j: (level(j, view), -j.priority, j.submitted_at, j.job_id),
     )
