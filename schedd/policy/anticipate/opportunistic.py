@@ -40,13 +40,14 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     largest = view.largest_node_gpus()
     actions: list[Action] = []
     reasons: dict[tuple[int, str], str] = {}  # a backlog's jobs mostly share their words
+    waiting, now = plan.waiting, view.now
     for job in view.snapshot.pending:
-        wait = plan.waiting.get(job.job_id)
-        if job.kind == OPPORTUNISTIC or not _may_turn(job) or wait is None:
+        wait = waiting.get(job.job_id)
+        if wait is None or job.kind == OPPORTUNISTIC or not _may_turn(job):
             continue
         if job.request.gpus > largest:
             continue  # an opportunistic job runs on one node
-        waited = view.now - job.submitted_at
+        waited = now - job.submitted_at
         if wait.code not in NOT_FOR_SHARING and waited >= after:
             said = (round(waited / 60), wait.code)
             reason = reasons.get(said)
