@@ -5,7 +5,7 @@ error, and `make test` runs mypy --strict over all of schedd. At run time it is 
 slotted dataclass with the same fields, equality, hash and `dataclasses.replace`, whose
 `__init__` assigns its fields directly: a frozen dataclass sets each one through
 `object.__setattr__`, which made building one about three times as slow, and a plan
-over 10,000 pending jobs builds tens of thousands (12% of its instructions went to it;
+over 10,000 pending jobs builds tens of thousands (a tenth of its instructions went to it;
 docs/policies.md#planning-speed). What is given up is the run-time guard alone.
 """
 
