@@ -27,6 +27,8 @@ _was_enabled = False
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
+    """The cyclic collector off for the block (for every thread), back as it was when the
+    last pause ends."""
     global _depth, _was_enabled
     with _lock:
         if _depth == 0:

@@ -66,9 +66,10 @@ def fair_path(job: PendingJob) -> tuple[Hashable, ...]:
 
 def fair_ranker(view: View) -> Callable[[Hashable, int, View], tuple[float, str]]:
     """A group's weighted share among its siblings (a queue, or a user in a queue: its
-    share within the queue), as the fair tree ranks it; what stays fixed in the plan
-    (the past terms, the weights) read once, since the tree ranks a group again after
-    every job the plan starts."""
+    share within the queue), as the fair tree ranks it after every job the plan starts.
+    What stays fixed in the plan is kept in the closure once found (each group's past
+    term and weight); what the plan holds now is read from the view's allocation dicts,
+    which the view updates in place (`View._count`), never replacing them."""
     total = view.total
     allocated, user_allocated = view.allocated, view.user_allocated
     terms = _past_terms(view)

@@ -19,5 +19,12 @@ T = TypeVar("T")
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def immutable(cls: type[T]) -> type[T]:
-    # A class that defines its own hash (a cached one) keeps it.
-    return dataclass(slots=True, unsafe_hash="__hash__" not in cls.__dict__)(cls)
+    # The hash a frozen dataclass would have: one of its own (a cached one) kept, else
+    # made from the fields, also where the class defines __eq__ (which sets __hash__ to
+    # None in it, as dataclasses reads it).
+    own = cls.__dict__.get("__hash__", _ABSENT)
+    explicit = own is not _ABSENT and not (own is None and "__eq__" in cls.__dict__)
+    return dataclass(slots=True, unsafe_hash=not explicit)(cls)
+
+
+_ABSENT = object()

@@ -27,12 +27,20 @@ class Resources:
         GPUs are always limited; a quota's CPUs or memory of 0 mean "not limited", since
         most quotas are written in GPUs alone.
         """
-        if self.gpus > limit.gpus:
-            return f"{self.gpus} GPUs > {limit.gpus}"
-        if limit.cpus > 0 and self.cpus > limit.cpus + 1e-9:
-            return f"{self.cpus:g} CPUs > {limit.cpus:g}"
-        if limit.memory_mib > 0 and self.memory_mib > limit.memory_mib:
-            return f"{self.memory_mib} MiB > {limit.memory_mib} MiB"
+        return self.exceeds_with(NOTHING, limit)
+
+    def exceeds_with(self, more: Resources, limit: Resources) -> str | None:
+        """`(self + more).exceeds(limit)`, without building the sum (quota admission asks
+        it for every job a plan considers)."""
+        gpus = self.gpus + more.gpus
+        if gpus > limit.gpus:
+            return f"{gpus} GPUs > {limit.gpus}"
+        cpus = self.cpus + more.cpus
+        if limit.cpus > 0 and cpus > limit.cpus + 1e-9:
+            return f"{cpus:g} CPUs > {limit.cpus:g}"
+        memory_mib = self.memory_mib + more.memory_mib
+        if limit.memory_mib > 0 and memory_mib > limit.memory_mib:
+            return f"{memory_mib} MiB > {limit.memory_mib} MiB"
         return None
 
     def dominant_share(self, total: Resources) -> float:

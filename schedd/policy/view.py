@@ -49,6 +49,7 @@ class View:
     capacity: dict[str, FreeCapacity]
     total: Resources
     queues: dict[str, QueueSpec]
+    # Updated in place, never replaced: the fair ranker holds them for a plan.
     allocated: dict[str, Resources]  # per queue, a queue's use counted in its ancestors too
     user_allocated: dict[tuple[str, str], Resources]  # (leaf queue, user)
     # Nodes bucketed by free GPUs, so that a fit is found without scanning every node.

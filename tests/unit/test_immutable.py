@@ -39,6 +39,22 @@ def test_a_class_with_its_own_hash_keeps_it() -> None:
     assert hash(r) == r._hash == hash((2, 8.0, 1024, None, None))
 
 
+@immutable
+class Loose:
+    """Equal whatever its note says."""
+
+    value: int
+    note: str = ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Loose) and other.value == self.value
+
+
+def test_a_class_with_its_own_equality_is_hashed_as_a_frozen_one_would_be() -> None:
+    assert hash(Loose(1, "a")) == hash(Loose(1, "a"))
+    assert Loose(1, "a") == Loose(1, "b")
+
+
 def test_the_type_checker_refuses_an_assignment(tmp_path: Path) -> None:
     source = tmp_path / "assigns.py"
     source.write_text(

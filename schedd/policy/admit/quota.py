@@ -22,16 +22,12 @@ def admit(job: PendingJob, view: View) -> Wait | None:
 
 
 def _admit(job: PendingJob, view: View) -> Wait | None:
-    request = job.request
+    wants = job.request.resources()
     for q in lineage(job.queue):
         limit = view.queue(q).max
         if limit is None:
             continue
-        held = view.allocated.get(q, NOTHING)
-        # Most queues have room: checked without building the sum.
-        if held.gpus + request.gpus <= limit.gpus and not (limit.cpus or limit.memory_mib):
-            continue
-        over = (held + request.resources()).exceeds(limit)
+        over = view.allocated.get(q, NOTHING).exceeds_with(wants, limit)
         if over is not None:
             return Wait("queue_max", f"queue {q} would exceed its max: {over}")
     return None
