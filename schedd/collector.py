@@ -4,7 +4,7 @@ A plan allocates hundreds of thousands of small containers (memo keys, actions, 
 that nearly all die by reference count when it returns. With the collector on, every
 700 of them start a young collection, and as survivors age, full collections walk the
 whole heap, the snapshot's tens of thousands of jobs among it: on 10,000 pending jobs
-that was about as long again as the plan itself (docs/policies.md#planning-speed).
+a plan took 151 ms median with it on, 124 ms off (docs/policies.md#planning-speed).
 Paused, the plan leaves one young collection of what it kept (its actions and waits)
 to the next allocation after it.
 

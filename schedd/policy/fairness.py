@@ -52,11 +52,8 @@ _PAST_TERMS = ("past_share",)
 
 
 def queue_share(queue: str, view: View) -> float:
-    held = view.allocated.get(queue)
-    now = held.dominant_share(view.total) if held is not None else 0.0
-    return (now + _past_term(view.snapshot.usage.queues, queue, view)) / max(
-        view.queue(queue).weight, 1e-9
-    )
+    """The queue's weighted share, as the fair tree ranks it (`fair_ranker`)."""
+    return fair_ranker(view)(queue, 0, view)[0]
 
 
 def fair_path(job: PendingJob) -> tuple[Hashable, ...]:

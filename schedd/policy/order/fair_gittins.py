@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from schedd.policy.fairness import fair_path, fair_ranker
 from schedd.policy.kept import Kept
-from schedd.policy.order.gittins import pending_ranks, table
+from schedd.policy.order.gittins import pending_rank, table
 from schedd.policy.order.groups import serve_tree
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
@@ -26,10 +26,10 @@ def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     # Without a table the order is 2D-LAS, whose levels come from the settings.
     within = _sorted.get(pending, learned, view.settings)
     if within is None:
-        keys = [
-            (rank, -j.priority, j.submitted_at, j.job_id)
-            for rank, j in zip(pending_ranks(view, pending), pending, strict=True)
-        ]
+        ranked = pending_rank(view)
+        # Keys made in one pass and sorted by position: a key function per comparison
+        # run would call `ranked` through another call for every job.
+        keys = [(ranked(j), -j.priority, j.submitted_at, j.job_id) for j in pending]
         by_key = sorted(range(len(pending)), key=keys.__getitem__)
         within = _sorted.put([pending[i] for i in by_key], pending, learned, view.settings)
     return serve_tree(within, view, fair_path, fair_ranker(view), within=None)

@@ -58,16 +58,6 @@ def pending_rank(view: View) -> Callable[[PendingJob], float]:
     return lambda j: -indices[bisect.bisect_right(points, j.attained_s) - 1]
 
 
-def pending_ranks(view: View, jobs: Sequence[PendingJob]) -> list[float]:
-    """`pending_rank` of each job, in one pass: a plan sorts every pending job by it."""
-    learned = table(view)
-    if learned is None:
-        thresholds = view.settings.las_thresholds_gpu_s
-        return [float(bisect.bisect_right(thresholds, j.attained_s)) for j in jobs]
-    points, indices = learned.points, learned.indices
-    return [-indices[bisect.bisect_right(points, j.attained_s) - 1] for j in jobs]
-
-
 def order(pending: Sequence[PendingJob], view: View) -> Iterator[PendingJob]:
     ranked = pending_rank(view)
     return iter(sorted(pending, key=lambda j: (ranked(j), j.submitted_at, j.job_id)))
