@@ -251,7 +251,8 @@ class Scheduler:
 
     def _plan(self, snapshot: Snapshot, now: float) -> Plan:
         with collector_paused():
-            return self.profile.plan(snapshot, now)
+            # Its recheck found here, in the worker thread, not later on the event loop.
+            return self.profile.plan(snapshot, now).with_recheck_found()
 
     def _timeout(self) -> float | None:
         """How long to wait for an event before planning anyway: the profile's tick while

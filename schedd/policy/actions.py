@@ -8,7 +8,7 @@ are the vocabulary of the sharing, time-slicing and migration policies.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from schedd.policy.immutable import immutable
 from schedd.policy.snapshot import Shard
@@ -164,14 +164,58 @@ class Wait:
     reason: str
 
 
-@dataclass(slots=True)
 class Plan:
-    actions: list[Action] = field(default_factory=list)
-    waiting: dict[str, Wait] = field(default_factory=dict)
-    # The earliest time this plan could come out otherwise with no event in between (a
-    # running job's protection ends, or its attained service crosses a threshold), for
-    # the shell to plan again then; None: only events change it.
-    recheck_at: float | None = None
+    """What one plan() decided: its actions, why each pending job it did not start
+    waits, and `recheck_at`.
+
+    `recheck_at` is the earliest time this plan could come out otherwise with no event
+    in between (a running job's protection ends, or its attained service crosses a
+    threshold), for the shell to plan again then; None: only events change it. A plan
+    may leave it to be found when first read (`defer_recheck`): finding it costs as
+    much as a fifth of a plan, and a shell that plans again at once (the simulator,
+    after a plan that freed GPUs) never reads it. What finds it reads only the plan's
+    own view, so the answer is the same whenever it is read."""
+
+    __slots__ = ("_find_recheck", "_recheck_at", "actions", "waiting")
+
+    def __init__(
+        self,
+        actions: list[Action] | None = None,
+        waiting: dict[str, Wait] | None = None,
+        recheck_at: float | None = None,
+    ) -> None:
+        self.actions: list[Action] = [] if actions is None else actions
+        self.waiting: dict[str, Wait] = {} if waiting is None else waiting
+        self._recheck_at = recheck_at
+        self._find_recheck: Callable[[], float | None] | None = None
+
+    @property
+    def recheck_at(self) -> float | None:
+        find = self._find_recheck
+        if find is not None:
+            self._find_recheck = None
+            self._recheck_at = find()
+        return self._recheck_at
+
+    @recheck_at.setter
+    def recheck_at(self, value: float | None) -> None:
+        self._find_recheck = None
+        self._recheck_at = value
+
+    def defer_recheck(self, find: Callable[[], float | None]) -> None:
+        """`recheck_at` is `find()`, called when it is first read."""
+        self._find_recheck = find
+
+    def with_recheck_found(self) -> Plan:
+        """This plan, its `recheck_at` found now rather than when first read."""
+        self.recheck_at = self.recheck_at
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(actions={self.actions!r}, waiting={self.waiting!r}, "
+            f"recheck_at={self.recheck_at!r})"
+        )
 
     def wait_counts(self) -> dict[str, int]:
         """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""

@@ -224,9 +224,12 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         rechecks.append(share.recheck_at)
     rechecks += stages.decide_recheck  # they may act with no job pending
     if rechecks:
-        times = [t for recheck in rechecks if (t := recheck(view)) is not None]
-        result.recheck_at = min(times, default=None)
+        result.defer_recheck(lambda: _earliest(rechecks, view))
     return result
+
+
+def _earliest(rechecks: list[RecheckFn], view: View) -> float | None:
+    return min((t for recheck in rechecks if (t := recheck(view)) is not None), default=None)
 
 
 class _WaitsAlike:

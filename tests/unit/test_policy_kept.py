@@ -123,6 +123,10 @@ def test_snapshots_that_share_some_objects_plan_as_fresh_ones(
         snapshots.append((now, current))
     for name in ("default", "las", "tiresias"):
         plan = profile(name).plan
+        # Each recheck found as soon as its plan is made, then each left to be found
+        # after all the later plans (a deferred recheck reads its own view only).
+        found_at_once = [plan(snap, now).with_recheck_found() for now, snap in snapshots]
         kept = [plan(snap, now) for now, snap in snapshots]
-        for (now, snap), got in zip(snapshots, kept, strict=True):
+        for (now, snap), got, at_once in zip(snapshots, kept, found_at_once, strict=True):
+            assert same(got, at_once), (name, now)
             assert same(got, plan(fresh(snap), now)), (name, now)
