@@ -35,13 +35,25 @@ from schedd.sim.traces import read_trace
 
 
 def timed(profile: Profile) -> tuple[Profile, list[float]]:
-    """The profile with its plan() wrapped to add up the seconds spent inside it."""
+    """The profile with its plan() wrapped to add up the seconds spent inside it and in
+    finding its recheck (where the engine reads that)."""
     spent = [0.0]
 
     def plan(snapshot: Snapshot, now: float) -> Plan:
         began = time.perf_counter()
         try:
-            return profile.plan(snapshot, now)
+            made = profile.plan(snapshot, now)
+        finally:
+            spent[0] += time.perf_counter() - began
+        # Its recheck, found only if the engine reads it, counted as the plan's too.
+        timed_plan = Plan(made.actions, made.waiting)
+        timed_plan.defer_recheck(lambda: recheck(made))
+        return timed_plan
+
+    def recheck(made: Plan) -> float | None:
+        began = time.perf_counter()
+        try:
+            return made.recheck_at
         finally:
             spent[0] += time.perf_counter() - began
 
