@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
 from schedd.policy.immutable import immutable
@@ -49,6 +49,7 @@ from schedd.policy.snapshot import (
     Snapshot,
     holds_gpus,
     interned,
+    with_kind,
 )
 from schedd.policy.view import View
 
@@ -155,7 +156,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
         converted = not holds
-        job = dataclasses.replace(pending, kind=GUARANTEED) if converted else pending
+        job = with_kind(pending, GUARANTEED) if converted else pending
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:
             if converted:
@@ -344,14 +345,19 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
 # Per request, whether no node could ever run it: kept while the nodes are the same.
 _never_fit = Kept[dict[Request, Wait | None]]()
 _UNKNOWN = Wait("", "")  # not asked yet (None is an answer)
+_NEVER_FIT_KEY = ("never_fit",)
 
 
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
-    snapshot = view.snapshot
-    key = (snapshot.nodes, snapshot.multi_node, snapshot.largest_node_gpus)
-    known = _never_fit.get(*key)
+    # Asked for every job: the answers for these nodes are found once a plan.
+    known = cast("dict[Request, Wait | None] | None", view.memo.get(_NEVER_FIT_KEY))
     if known is None:
-        known = _never_fit.put({}, *key)
+        snapshot = view.snapshot
+        key = (snapshot.nodes, snapshot.multi_node, snapshot.largest_node_gpus)
+        known = _never_fit.get(*key)
+        if known is None:
+            known = _never_fit.put({}, *key)
+        view.memo[_NEVER_FIT_KEY] = known
     request = job.request
     wait = known.get(request, _UNKNOWN)
     if wait is _UNKNOWN:
