@@ -76,6 +76,10 @@ class SimJob:
     locality_speed: float = 1.0  # of its current placement
     share_speed: float = 1.0  # as the GPUs' other holder leaves it (sharing.py)
     pack_speed: float = 1.0  # packed with another job on its GPUs, or not (packing.py)
+    # Seconds of its run segments lost against running alone on one node: to its GPUs'
+    # spread (locality) and to sharing or packing, counted at each change of speed.
+    slowed_by_locality_s: float = 0.0
+    slowed_by_sharing_s: float = 0.0
     # When remaining_s was last brought up to date; after a resume with an overhead, when
     # progress begins again (later than now until the overhead is over).
     progress_at: float | None = None
@@ -107,8 +111,17 @@ class SimJob:
         """Bring `remaining_s` up to now at the current speed (nothing done while
         `progress_at` still lies ahead, before a resume's overhead is over)."""
         assert self.progress_at is not None
-        done = max(0.0, now - self.progress_at) * self.speed
-        self.remaining_s = max(0.0, self.remaining_s - done)
+        ran = max(0.0, now - self.progress_at)
+        self.count_slowdown(ran)
+        self.remaining_s = max(0.0, self.remaining_s - ran * self.speed)
+
+    def count_slowdown(self, ran: float) -> None:
+        """`ran` seconds at the current speed (locality x sharing x packing): each
+        second lost `1 - locality` to the spread, and `locality x (1 - sharing x
+        packing)` to the GPUs' other jobs; the two add up to `1 - speed`."""
+        self.slowed_by_locality_s += ran * (1.0 - self.locality_speed)
+        others = 1.0 - self.share_speed * self.pack_speed
+        self.slowed_by_sharing_s += ran * self.locality_speed * others
 
     def count_run(self, now: float) -> None:
         """Count the run segment up to now as service and run time."""

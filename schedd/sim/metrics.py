@@ -121,6 +121,13 @@ class Summary:
     migrations: int
     resizes: int
     packs: int  # Resumes beside another job (packing.py); unpacks are in `actions`
+    # Run time lost against running alone on one node, summed over jobs: to the GPUs'
+    # spread (locality) and to sharing or packing; and the same over jobs without a
+    # deadline (best-effort).
+    slowed_by_locality_s: float
+    slowed_by_sharing_s: float
+    best_effort_slowed_by_locality_s: float
+    best_effort_slowed_by_sharing_s: float
     waits: dict[str, int]  # job-instants waiting, by code
     actions: dict[str, int]
     unsupported_actions: dict[str, int]
@@ -206,6 +213,14 @@ def summarize(result: SimResult) -> Summary:
         migrations=sum(j.migrations for j in jobs),
         resizes=sum(j.resizes for j in jobs),
         packs=sum(j.packs for j in jobs),
+        slowed_by_locality_s=sum(j.slowed_by_locality_s for j in jobs),
+        slowed_by_sharing_s=sum(j.slowed_by_sharing_s for j in jobs),
+        best_effort_slowed_by_locality_s=sum(
+            j.slowed_by_locality_s for j in jobs if j.deadline_s is None
+        ),
+        best_effort_slowed_by_sharing_s=sum(
+            j.slowed_by_sharing_s for j in jobs if j.deadline_s is None
+        ),
         waits=dict(ledger.waits.most_common()),
         actions=dict(ledger.actions),
         unsupported_actions=dict(ledger.unsupported),

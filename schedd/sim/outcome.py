@@ -26,6 +26,9 @@ class JobOutcome:
     migrations: int
     resizes: int
     packs: int  # Resumes beside another job applied (packing)
+    # Seconds of its runs lost to its GPUs' spread, and to sharing or packing them.
+    slowed_by_locality_s: float = 0.0
+    slowed_by_sharing_s: float = 0.0
 
     @property
     def jct_s(self) -> float | None:
@@ -52,6 +55,8 @@ def outcome_of(job: SimJob) -> JobOutcome:
         migrations=job.migrations,
         resizes=job.resizes,
         packs=job.packs,
+        slowed_by_locality_s=job.slowed_by_locality_s,
+        slowed_by_sharing_s=job.slowed_by_sharing_s,
     )
 
 

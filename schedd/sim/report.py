@@ -102,6 +102,18 @@ def details(s: Summary, unit: str) -> str:
     for note in notes:
         lines.append(f"  {note}")
     lines.append(f"  plans: {s.plan_calls:,} (replay took {s.wall_s:.1f} s here)")
+    if s.slowed_by_locality_s or s.slowed_by_sharing_s:
+        lost = (
+            f"  run time lost against running alone on one node ({unit}): "
+            f"{_num(s.slowed_by_locality_s / scale)} to spread across nodes, "
+            f"{_num(s.slowed_by_sharing_s / scale)} to sharing or packing GPUs"
+        )
+        if s.deadline_jobs:
+            lost += (
+                f" (best-effort jobs: {_num(s.best_effort_slowed_by_locality_s / scale)} and "
+                f"{_num(s.best_effort_slowed_by_sharing_s / scale)})"
+            )
+        lines.append(lost)
     lines.append(f"  actions applied: {_counts(s.actions)}")
     lines.append(f"  waiting, counted in job-instants by code: {_counts(s.waits)}")
     if s.unsupported_actions:

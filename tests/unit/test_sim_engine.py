@@ -134,6 +134,10 @@ def test_a_job_across_nodes_runs_at_its_locality_speed(
 ) -> None:
     result = simulate([job("big", 0, 10, gpus=4, name=model)], "2x2", locality=locality)
     assert by_id(result)["big"] == (0, finish)
+    # 10 s of work: what it took beyond that was lost to its spread.
+    outcome = result.jobs[0]
+    assert outcome.slowed_by_locality_s == pytest.approx(finish - 10.0)
+    assert outcome.slowed_by_sharing_s == 0.0
 
 
 @pytest.mark.parametrize(("rack_size", "nodes"), [(None, {"n1", "n2"}), (2, {"n2", "n3"})])

@@ -110,11 +110,9 @@ def test_the_assumed_utilisation_is_seeded_per_job() -> None:
     assert drawn != [SharingModel(10, 100, seed=1).utilization(i) for i in range(200)]
 
 
-def test_a_preemption_falls_back_to_the_checkpoint_at_the_speed_of_its_time() -> None:
-    """o shares g's GPU at 0.7 and checkpoints at 1,000 s (700 s of work done); g ends at
-    1,400 s and o goes on at full speed; preempted at 1,500 s, o keeps the checkpoint's
-    2,300 s left (not the work since at today's speed), and ends 2,300 s after its
-    relaunch at 1,600 s."""
+def shared_then_preempted(preempt_at: float) -> Profile:
+    """g runs on the one GPU; o, made opportunistic, shares it from 0 s; o is preempted
+    at `preempt_at` and launched again (alone or not) from 1,600 s."""
     gpu = (Shard("n0", ("n0-g0",)),)
 
     def plan(snapshot: Snapshot, now: float) -> Plan:
@@ -128,12 +126,36 @@ def test_a_preemption_falls_back_to_the_checkpoint_at_the_speed_of_its_time() ->
             actions.append(SetKind("o", "opportunistic", ""))
         elif o is not None and (now == 0 or now >= 1600):
             actions.append(Launch("o", gpu, ""))
-        if now == 1500 and "o" in running:
+        if now == preempt_at and "o" in running:
             actions.append(Preempt("o", ""))
         return Plan(actions)
 
+    return Profile("scripted", plan, pending_window=10, tick_s=100.0)
+
+
+def test_a_preemption_falls_back_to_the_checkpoint_at_the_speed_of_its_time() -> None:
+    """o shares g's GPU at 0.7 and checkpoints at 1,000 s (700 s of work done); g ends at
+    1,400 s and o goes on at full speed; preempted at 1,500 s, o keeps the checkpoint's
+    2,300 s left (not the work since at today's speed), and ends 2,300 s after its
+    relaunch at 1,600 s."""
     options = dataclasses.replace(THIRTY, checkpoint_interval_s=1000.0)
-    policy = Profile("scripted", plan, pending_window=10, tick_s=100.0)
-    times = by_id(simulate([job("g", 0, 1330), job("o", 0, 3000)], "1x1", policy, options))
+    policy = shared_then_preempted(1500.0)
+    result = simulate([job("g", 0, 1330), job("o", 0, 3000)], "1x1", policy, options)
+    times = by_id(result)
     assert times["g"] == (0.0, pytest.approx(1400.0))
     assert times["o"] == (0.0, pytest.approx(1600.0 + 3000 - 0.7 * 1000))
+    # Lost to sharing while they shared (0 to 1,400 s): 0.05 of g's time, 0.3 of o's.
+    lost = {j.job_id: j.slowed_by_sharing_s for j in result.jobs}
+    assert lost == {"g": pytest.approx(1400 * 0.05), "o": pytest.approx(1400 * 0.3)}
+
+
+def test_the_time_lost_to_sharing_counts_up_to_a_preemption() -> None:
+    """o is preempted at 1,000 s while it shares g's GPU (its speed never changed
+    before): the 1,000 s at 0.7 count 300 s lost; it runs alone after, losing none."""
+    policy = shared_then_preempted(1000.0)
+    result = simulate([job("g", 0, 1330), job("o", 0, 3000)], "1x1", policy, THIRTY)
+    lost = {j.job_id: (j.slowed_by_sharing_s, j.slowed_by_locality_s) for j in result.jobs}
+    assert lost == {"g": (pytest.approx(1000 * 0.05), 0.0), "o": (pytest.approx(300.0), 0.0)}
+    s = summarize(result)
+    assert s.slowed_by_sharing_s == pytest.approx(350.0) and s.slowed_by_locality_s == 0.0
+    assert s.best_effort_slowed_by_sharing_s == pytest.approx(350.0)  # no deadlines here
