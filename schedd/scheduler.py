@@ -251,7 +251,8 @@ class Scheduler:
 
     def _plan(self, snapshot: Snapshot, now: float) -> Plan:
         with collector_paused():
-            # Its recheck found here, in the worker thread, not later on the event loop.
+            # Its recheck found here, with the plan (in the worker thread where a big plan
+            # runs in one), under the collector's pause: not later on the event loop.
             return self.profile.plan(snapshot, now).with_recheck_found()
 
     def _timeout(self) -> float | None:

@@ -193,8 +193,8 @@ class Plan:
     def recheck_at(self) -> float | None:
         find = self._find_recheck
         if find is not None:
-            self._find_recheck = None
             self._recheck_at = find()
+            self._find_recheck = None  # after: a find that raised raises again when read
         return self._recheck_at
 
     @recheck_at.setter

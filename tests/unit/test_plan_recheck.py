@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from schedd.policy.actions import Plan
 
 
@@ -32,3 +34,14 @@ def test_with_recheck_found_finds_it_now() -> None:
     plan.defer_recheck(lambda: calls.append(1) or 3.0)
     assert plan.with_recheck_found() is plan and calls == [1]
     assert plan.recheck_at == 3.0 and calls == [1]
+
+
+def test_a_recheck_that_failed_fails_again_when_read_again() -> None:
+    def find() -> float:
+        raise RuntimeError("no view")
+
+    plan = Plan()
+    plan.defer_recheck(find)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            _ = plan.recheck_at

@@ -13,8 +13,9 @@ from schedd.policy import Profile
 from schedd.policy.actions import Action, Launch, Plan, Preempt, SetKind
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import Shard, Snapshot
+from schedd.policy.snapshot import Request, Shard, Snapshot
 from schedd.sim.engine import SimOptions
+from schedd.sim.jobs import SimJob
 from schedd.sim.metrics import summarize
 from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
 from tests.unit.test_sim_engine import by_id, job, simulate
@@ -159,3 +160,21 @@ def test_the_time_lost_to_sharing_counts_up_to_a_preemption() -> None:
     s = summarize(result)
     assert s.slowed_by_sharing_s == pytest.approx(350.0) and s.slowed_by_locality_s == 0.0
     assert s.best_effort_slowed_by_sharing_s == pytest.approx(350.0)  # no deadlines here
+
+
+def test_the_lost_time_splits_into_spread_and_the_gpus_other_jobs() -> None:
+    """At locality 0.5, sharing 0.8 and packing 0.9 (speed 0.36), 100 s lose 50 s to the
+    spread and 0.5 x (1 - 0.72) x 100 = 14 s to the GPUs' other jobs: 64 s in all."""
+    sim_job = SimJob(0, job("j", 0, 1000), Request(1, 1.0, 1), 1000.0, 1)
+    sim_job.locality_speed, sim_job.share_speed, sim_job.pack_speed = 0.5, 0.8, 0.9
+    sim_job.count_slowdown(100.0)
+    assert sim_job.slowed_by_locality_s == pytest.approx(50.0)
+    assert sim_job.slowed_by_sharing_s == pytest.approx(14.0)
+
+
+def test_best_effort_lost_time_leaves_out_jobs_with_deadlines() -> None:
+    policy = shared_then_preempted(1000.0)
+    trace = [job("g", 0, 1330, deadline=10_000.0), job("o", 0, 3000)]
+    s = summarize(simulate(trace, "1x1", policy, THIRTY))
+    assert s.slowed_by_sharing_s == pytest.approx(350.0)
+    assert s.best_effort_slowed_by_sharing_s == pytest.approx(300.0)  # o's alone
