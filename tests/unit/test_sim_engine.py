@@ -452,3 +452,22 @@ def test_chronus_guarantees_a_deadline_fifo_would_miss_and_records_its_answers()
     assert start == 1_500 and finish == 2_100
     assert chronus.deadline_missed == 1 and chronus.preemptions == 1
     assert by_id(result)["hopeless"][0] == 2_100
+
+
+@pytest.mark.parametrize("name", ["default", "las", "tiresias", "gandiva"])
+def test_a_recheck_read_late_replays_as_one_found_at_once(name: str) -> None:
+    """The replay reads a plan's recheck after applying it, and only for the last plan
+    at an instant; found as soon as each plan is made instead, the replay is the same."""
+    from schedd.policy import PROFILES
+
+    jobs = [
+        job(f"j{i}", i * 40, (30, 600, 90, 5_000, 200)[i % 5], gpus=(1, 2, 1, 4, 1)[i % 5])
+        for i in range(60)
+    ]
+    lazy = PROFILES[name]
+    eager = dataclasses.replace(lazy, plan=lambda s, now: lazy.plan(s, now).with_recheck_found())
+    late, at_once = (simulate(jobs, "2x4", p) for p in (lazy, eager))
+    assert late.jobs == at_once.jobs
+    assert late.ledger.plan_calls == at_once.ledger.plan_calls
+    # The rechecks had work to do: jobs were stopped or took turns.
+    assert sum(j.preemptions + j.suspensions for j in late.jobs) > 0
