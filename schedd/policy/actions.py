@@ -212,10 +212,9 @@ class Plan:
         return self
 
     def __repr__(self) -> str:
-        return (
-            f"Plan(actions={self.actions!r}, waiting={self.waiting!r}, "
-            f"recheck_at={self.recheck_at!r})"
-        )
+        # Not found for a repr: a log line or a debugger must not run the policy.
+        recheck = "<deferred>" if self._find_recheck is not None else repr(self._recheck_at)
+        return f"Plan(actions={self.actions!r}, waiting={self.waiting!r}, recheck_at={recheck})"
 
     def wait_counts(self) -> dict[str, int]:
         """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""

@@ -702,7 +702,7 @@ class Simulation:
         else:  # no checkpoint kept (or its time rounded otherwise): from the start
             job.remaining_s = job.remaining_at_start
         job.remaining_s = max(0.0, job.remaining_s)
-        job.count_slowdown(max(0.0, now - job.progress_at))  # lost work or not, it ran so
+        job.count_slowdown(now)  # lost work or not, it ran so
         job.progress_at = None
         job.count_run(now)
         job.attempt += 1  # its completion event is void now
@@ -723,7 +723,7 @@ class Simulation:
 
     def _finish(self, job: SimJob, now: float) -> None:
         if job.progress_at is not None:
-            job.count_slowdown(max(0.0, now - job.progress_at))
+            job.count_slowdown(now)
         job.count_run(now)
         job.remaining_s = 0.0
         self._release(job, now)

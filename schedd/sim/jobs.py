@@ -111,14 +111,17 @@ class SimJob:
         """Bring `remaining_s` up to now at the current speed (nothing done while
         `progress_at` still lies ahead, before a resume's overhead is over)."""
         assert self.progress_at is not None
-        ran = max(0.0, now - self.progress_at)
-        self.count_slowdown(ran)
-        self.remaining_s = max(0.0, self.remaining_s - ran * self.speed)
+        self.count_slowdown(now)
+        done = max(0.0, now - self.progress_at) * self.speed
+        self.remaining_s = max(0.0, self.remaining_s - done)
 
-    def count_slowdown(self, ran: float) -> None:
-        """`ran` seconds at the current speed (locality x sharing x packing): each
-        second lost `1 - locality` to the spread, and `locality x (1 - sharing x
-        packing)` to the GPUs' other jobs; the two add up to `1 - speed`."""
+    def count_slowdown(self, now: float) -> None:
+        """Count the run since `progress_at` (none before it), at the current speed
+        (locality x sharing x packing): each second lost `1 - locality` to the spread,
+        and `locality x (1 - sharing x packing)` to the GPUs' other jobs; the two add up
+        to `1 - speed`. Called where the speed changes or the run segment ends."""
+        assert self.progress_at is not None
+        ran = max(0.0, now - self.progress_at)
         self.slowed_by_locality_s += ran * (1.0 - self.locality_speed)
         others = 1.0 - self.share_speed * self.pack_speed
         self.slowed_by_sharing_s += ran * self.locality_speed * others

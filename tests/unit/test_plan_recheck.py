@@ -16,6 +16,7 @@ def test_a_deferred_recheck_is_found_once_when_first_read() -> None:
 
     plan = Plan()
     plan.defer_recheck(find)
+    assert "recheck_at=<deferred>" in repr(plan)  # a repr does not run the policy
     assert calls == []
     assert plan.recheck_at == 42.0 and plan.recheck_at == 42.0
     assert len(calls) == 1

@@ -167,7 +167,8 @@ def test_the_lost_time_splits_into_spread_and_the_gpus_other_jobs() -> None:
     spread and 0.5 x (1 - 0.72) x 100 = 14 s to the GPUs' other jobs: 64 s in all."""
     sim_job = SimJob(0, job("j", 0, 1000), Request(1, 1.0, 1), 1000.0, 1)
     sim_job.locality_speed, sim_job.share_speed, sim_job.pack_speed = 0.5, 0.8, 0.9
-    sim_job.count_slowdown(100.0)
+    sim_job.progress_at = 400.0
+    sim_job.count_slowdown(500.0)
     assert sim_job.slowed_by_locality_s == pytest.approx(50.0)
     assert sim_job.slowed_by_sharing_s == pytest.approx(14.0)
 
