@@ -287,6 +287,13 @@ class _WaitsAlike:
 def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
     """An opportunistic job holds no share of its queue's and displaces nobody: it
     starts where GPUs stayed little used, or waits, never holding others back."""
+    # A request that found no shareable GPUs finds none later in the plan: its Wait is
+    # kept, said once for every job of that request (which passed the checks below).
+    key = ("no_share", job.request)
+    known = view.memo.get(key)
+    if isinstance(known, Wait):
+        result.waiting[job.job_id] = known
+        return
     refused = _never_fits(view, job)
     largest = view.largest_node_gpus()
     if refused is None and job.request.gpus > largest:
@@ -297,13 +304,6 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan) -> None:
         )
     if refused is not None:
         result.waiting[job.job_id] = refused
-        return
-    # A request that found no shareable GPUs finds none later in the plan: its Wait is
-    # kept, said once for every job of that request.
-    key = ("no_share", job.request)
-    known = view.memo.get(key)
-    if isinstance(known, Wait):
-        result.waiting[job.job_id] = known
         return
     placed = share.place(job, view)
     if isinstance(placed, Placement):

@@ -174,6 +174,29 @@ def test_reclaim_never_takes_a_queue_below_its_own_guarantee() -> None:
     assert preempted(plan) == {"b4"} or len(preempted(plan)) == 1
 
 
+def test_each_lending_queue_gives_back_only_what_it_borrowed_in_the_order_of_work_lost() -> None:
+    """Victims come from b and c interleaved by work lost; b borrowed one GPU, so its
+    later jobs are passed over while c, which borrowed four, gives what a1 still needs."""
+    n = node("n", 12)
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=6)),
+        QueueSpec("b", guarantee=Resources(gpus=4)),
+        QueueSpec("c", guarantee=Resources(gpus=2)),
+    )
+    b = [
+        placed(f"b{t}", n, [i], queue="b", started_at=t)
+        for i, t in enumerate((800, 600, 400, 200, 150))
+    ]
+    c = [
+        placed(f"c{t}", n, [5 + i], queue="c", started_at=t)
+        for i, t in enumerate((900, 700, 500, 300, 100, 50))
+    ]
+    snap = snapshot([n], [pending("a1", 5, queue="a")], b + c, queues=queues)
+    # One GPU free; four more from [c900, b800, c700, c500, c300] (b600 would take b
+    # below its guarantee).
+    assert preempted(run("drf", snap, now=10_000.0)) == {"c900", "b800", "c700", "c500"}
+
+
 def test_young_jobs_are_protected_from_preemption() -> None:
     n = node("n", 6)
     held = [placed(f"b{i}", n, [i], queue="b", started_at=9_900.0) for i in range(6)]

@@ -7,6 +7,8 @@ run since start or last checkpoint) go first, and none younger than `min_run_s`.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from schedd.policy.make_room.victims import (
     Eviction,
     PlaceFn,
@@ -25,33 +27,44 @@ def _borrowed(queue: str, view: View) -> int:
     return held - view.queue(queue).guarantee.gpus
 
 
-def _old_enough(view: View) -> list[PlacedJob]:
-    """Placed jobs not protected at the start of the cycle, least work lost first (age
+def _old_enough(view: View) -> dict[str, tuple[int, list[tuple[int, PlacedJob]]]]:
+    """Placed jobs not protected at the start of the cycle, by queue: the fewest GPUs
+    one of them holds, and each with its place in the order of least work lost (age
     protection holds for the whole cycle; only the plan's own victims join `stopping`)."""
     key = ("reclaim_old_enough",)
     known = view.memo.get(key)
     if known is None:
-        known = view.memo[key] = [v for v in by_work_at_risk(view) if not protected(v, view)]
+        by_queue: dict[str, list[tuple[int, PlacedJob]]] = {}
+        for i, v in enumerate(by_work_at_risk(view)):
+            if not protected(v, view):
+                by_queue.setdefault(v.queue, []).append((i, v))
+        known = view.memo[key] = {
+            q: (min(v.request.gpus for _, v in jobs), jobs) for q, jobs in by_queue.items()
+        }
     return known  # type: ignore[return-value]
 
 
 def _candidates(queue: str, view: View) -> list[PlacedJob]:
     """Jobs of other queues that could go, least work lost first, as long as no queue
-    falls below its guarantee (the same for every job of `queue` until the view changes)."""
+    falls below its guarantee (the same for every job of `queue` until the view changes).
+    Each queue's room is its own: its jobs are chosen in order until it has none, and a
+    queue that borrowed less than its smallest job gives none (the usual case)."""
     key = ("reclaim_candidates", queue, view.generation)
     known = view.memo.get(key)
     if known is not None:
         return known  # type: ignore[return-value]
-    room: dict[str, int] = {}
-    ranked: list[PlacedJob] = []
-    for victim in _old_enough(view):
-        if victim.queue == queue or view.decided(victim.job_id):
+    chosen: list[tuple[int, PlacedJob]] = []
+    for victim_queue, (fewest, jobs) in _old_enough(view).items():
+        left = _borrowed(victim_queue, view)
+        if victim_queue == queue or fewest > left:
             continue
-        left = room.setdefault(victim.queue, _borrowed(victim.queue, view))
-        if victim.request.gpus > left:
-            continue  # taking it would push its queue below its guarantee
-        room[victim.queue] = left - victim.request.gpus
-        ranked.append(victim)
+        for i, victim in jobs:
+            if victim.request.gpus > left or view.decided(victim.job_id):
+                continue  # taking it would push its queue below its guarantee
+            left -= victim.request.gpus
+            chosen.append((i, victim))
+    chosen.sort(key=itemgetter(0))
+    ranked = [victim for _, victim in chosen]
     view.memo[key] = ranked
     return ranked
 

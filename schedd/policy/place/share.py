@@ -78,10 +78,11 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         if not isinstance(index, _ShareIndex):
             index = view.memo[("share_index",)] = _ShareIndex(view)
         found = index.best(request)
-        if found is not None:
-            node_id, gpus = found
-            return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
-    return _scan(request, view)  # pinned, or asking for memory, or no fit: say why
+        if found is None:
+            return index.no_fit(request)
+        node_id, gpus = found
+        return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
+    return _scan(request, view)  # pinned, or asking for memory
 
 
 class _ShareIndex:
@@ -163,6 +164,27 @@ class _ShareIndex:
         for entry in aside:
             heapq.heappush(heap, entry)
         return found
+
+    def no_fit(self, request: Request) -> NoFit:
+        """Why no node takes `request`: what `_scan` says, from the kept lists."""
+        view = self.view
+        limit = self.limit
+        filtered: Counter[str] = Counter()
+        most = 0
+        for node in view.snapshot.nodes:
+            cap = view.capacity[node.node_id]
+            if not node.coordinated:
+                filtered["without a coordinator to throttle it"] += 1
+            elif not enough_cpus(cap.cpus, request.cpus):
+                filtered["with too few free CPUs"] += 1
+            elif cap.memory_mib < request.memory_mib:
+                filtered["with too little free memory"] += 1
+            else:
+                usable = len(self.usable(node))
+                most = max(most, usable)
+                if usable < request.gpus:
+                    filtered[f"with too few GPUs used below {limit:g}% and not shared"] += 1
+        return NoFit(dict(filtered), most)
 
 
 def _scan(request: Request, view: View) -> Placement | NoFit:
