@@ -122,14 +122,17 @@ class _ShareIndex:
         self.seen = len(view.launched)
         taken = (sharers or frozenset()) | node.out
         fresh = self.launched_on.get(node.node_id, set())
-        usable = sorted(
-            (use, g.index, g)
-            for g in node.gpus
-            if g.uuid not in taken
-            and g.uuid not in fresh
-            and g.uuid not in self.young
-            and (use := utilization(g, view)) < self.limit
-        )
+        if known is not None:  # it only loses GPUs: those shared or launched on since
+            usable = [e for e in known[2] if e[2].uuid not in taken and e[2].uuid not in fresh]
+        else:
+            usable = sorted(
+                (use, g.index, g)
+                for g in node.gpus
+                if g.uuid not in taken
+                and g.uuid not in fresh
+                and g.uuid not in self.young
+                and (use := utilization(g, view)) < self.limit
+            )
         self.lists[node.node_id] = (free, sharers, usable)
         return usable
 
@@ -168,27 +171,30 @@ class _ShareIndex:
     def no_fit(self, request: Request) -> NoFit:
         """Why no node takes `request`: what `_scan` says, from the kept lists."""
         view = self.view
-        limit = self.limit
-        filtered: Counter[str] = Counter()
+        few = f"with too few GPUs used below {self.limit:g}% and not shared"
+        filtered: dict[str, int] = {}  # by first failed check, in the order first met
         most = 0
         for node in view.snapshot.nodes:
             cap = view.capacity[node.node_id]
             if not node.coordinated:
-                filtered["without a coordinator to throttle it"] += 1
+                why = "without a coordinator to throttle it"
             elif not enough_cpus(cap.cpus, request.cpus):
-                filtered["with too few free CPUs"] += 1
+                why = "with too few free CPUs"
             elif cap.memory_mib < request.memory_mib:
-                filtered["with too little free memory"] += 1
+                why = "with too little free memory"
             else:
                 usable = len(self.usable(node))
                 most = max(most, usable)
-                if usable < request.gpus:
-                    filtered[f"with too few GPUs used below {limit:g}% and not shared"] += 1
-        return NoFit(dict(filtered), most)
+                if usable >= request.gpus:
+                    continue
+                why = few
+            filtered[why] = filtered.get(why, 0) + 1
+        return NoFit(filtered, most)
 
 
 def _scan(request: Request, view: View) -> Placement | NoFit:
     limit = view.settings.share_below_pct
+    few = f"with too few GPUs used below {limit:g}% and not shared"
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
@@ -224,7 +230,7 @@ def _scan(request: Request, view: View) -> Placement | NoFit:
         )
         most = max(most, len(usable))
         if len(usable) < request.gpus:
-            filtered[f"with too few GPUs used below {limit:g}% and not shared"] += 1
+            filtered[few] += 1
             continue
         chosen = usable[: request.gpus]
         score = (sum(use for use, _, _ in chosen), node_id)
