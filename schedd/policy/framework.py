@@ -18,6 +18,11 @@ When nothing fits and no room is made, the profile's `blocking` says what follow
 "strict" holds every job behind the first one that did not fit (FIFO), "backfill"
 reserves GPUs for it and lets others start only where they do not delay it, "skip"
 goes on with the next job.
+
+An elastic job (`gpu_range`) that does not fit whole starts on fewer GPUs, the most
+of its range that fit. Under "skip" it first takes turns at its full count where it
+can, and otherwise starts smaller only on the GPUs left once every other pending job
+has been considered (`_take_turns`).
 """
 
 from __future__ import annotations
@@ -135,7 +140,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     blocker: str | None = None
     reservations = 0
     alike = _WaitsAlike(stages, view)
-    for pending in stages.order(snapshot.pending, view):
+    deferred: list[PendingJob] = []  # elastic jobs that start smaller on what is left
+    for pending, second_look in _then_deferred(stages.order(snapshot.pending, view), deferred):
         if resumed and pending.job_id in resumed:
             continue
         holds = holds_gpus(pending)
@@ -167,13 +173,21 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             continue
         placed = _place(stages, job, view)
         label = stages.label
+        eviction: Eviction | None = None
         if not isinstance(placed, Placement) and job.gpu_range is not None:
-            most = job.request.gpus
-            smaller = _place_smaller(stages, job, view)
-            if smaller is not None:
-                job, placed = smaller
-                label = f"{label}; elastic, on {job.request.gpus} of its {most} GPUs"
-        eviction = None if isinstance(placed, Placement) else _make_room(stages, job, view)
+            if stages.blocking == "skip" and not second_look:
+                eviction = _take_turns(stages, job, view)
+                if eviction is None:
+                    deferred.append(pending)
+                    continue
+            else:
+                most = job.request.gpus
+                smaller = _place_smaller(stages, job, view)
+                if smaller is not None:
+                    job, placed = smaller
+                    label = f"{label}; elastic, on {job.request.gpus} of its {most} GPUs"
+        if eviction is None and not isinstance(placed, Placement):
+            eviction = _make_room(stages, job, view)
         if eviction is not None and eviction.launch_on is not None:  # time-slicing
             for victim in eviction.victims:
                 view.suspend(victim)
@@ -376,6 +390,36 @@ def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
     if isinstance(placed, NoFit):
         view.memo[key] = placed
     return placed
+
+
+def _then_deferred(
+    order: Iterator[PendingJob], deferred: list[PendingJob]
+) -> Iterator[tuple[PendingJob, bool]]:
+    """The order's jobs, then the jobs `deferred` while it was walked, each with whether
+    this is its second look (`_take_turns`)."""
+    for job in order:
+        yield job, False
+    for job in deferred:
+        yield job, True
+
+
+def _take_turns(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
+    """The first turn a make-room plugin offers the job at its full count (time-slicing:
+    an Eviction with `launch_on`), or None; preemptions are not taken here.
+
+    For an elastic job that does not fit whole where jobs that do not fit are passed
+    over ("skip"): it takes turns at its full count as any job of that count would, or
+    else is looked at again once every other pending job has been (`_then_deferred`),
+    to start smaller on the GPUs left (`_place_smaller`) or make room as any job.
+    Started smaller at once, in its place in the order, it took the GPUs that smaller
+    jobs behind it fit on, at counts (5, 6, 7 of 8) no waiting job takes turns with:
+    on cluster03 the rigid jobs lost more than the elastic ones gained
+    (docs/evaluation.md, "Grow/shrink on the ITP traces")."""
+    for make_room in stages.make_room:
+        eviction = make_room(job, view, stages.place)
+        if eviction is not None and eviction.launch_on is not None:
+            return eviction
+    return None
 
 
 def _place_smaller(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedd.policy.actions import Plan, Resize
+from schedd.policy.actions import Plan, Resize, Suspend
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
 
@@ -32,6 +32,45 @@ def test_an_elastic_job_starts_on_the_most_gpus_that_fit() -> None:
     # A job that is not elastic never starts smaller.
     plan = run("fifo", snapshot([n], [pending("rigid", 4)], busy))
     assert plan.waiting["rigid"].code == "no_capacity"
+
+
+def test_an_elastic_job_starts_smaller_on_what_the_jobs_behind_it_leave() -> None:
+    # Where jobs that do not fit are passed over (gandiva), an elastic job that does not
+    # fit whole lets the jobs behind it that fit go first, and starts on what is left.
+    n = node("n", 8)
+    busy = [placed("busy", n, [0, 1, 2])]
+    first = elastic(pending("e", 8, at=0.0), 4, 8)
+    behind = pending("r", 1, at=10.0)
+    plan = run("gandiva", snapshot([n], [first, behind], busy))  # type: ignore[list-item]
+    assert len(launches(plan)["r"].gpu_uuids) == 1
+    assert len(launches(plan)["e"].gpu_uuids) == 4
+    assert "elastic, on 4 of its 8 GPUs" in launches(plan)["e"].reason
+    # Where too little is left it waits, as any job would.
+    behind2 = pending("r2", 1, at=20.0)
+    plan = run("gandiva", snapshot([n], [first, behind, behind2], busy))  # type: ignore[list-item]
+    assert set(launches(plan)) == {"r", "r2"}
+    assert plan.waiting["e"].code == "no_capacity"
+    # In submission order kept strictly (fifo), it starts smaller in its place.
+    plan = run("fifo", snapshot([n], [first, behind], busy))  # type: ignore[list-item]
+    assert len(launches(plan)["e"].gpu_uuids) == 5
+    assert plan.waiting["r"].code == "no_capacity"
+
+
+def test_an_elastic_job_takes_turns_at_its_full_count_before_starting_smaller() -> None:
+    full, roomy = node("full", 8), node("roomy", 8)
+    partner = placed("p", full, list(range(8)), started_at=0.0)
+    busy = placed("busy", roomy, [0, 1, 2])
+    job = elastic(pending("e", 8), 4, 8)
+    plan = run("gandiva", snapshot([full, roomy], [job], [partner, busy]), now=1000.0)  # type: ignore[list-item]
+    assert [a.job_id for a in plan.actions if isinstance(a, Suspend)] == ["p"]
+    assert {s.node_id for s in launches(plan)["e"].shards} == {"full"}
+    assert len(launches(plan)["e"].gpu_uuids) == 8
+    # With no one of its count to take turns with, it starts smaller on the free GPUs.
+    ones = [placed(f"one{i}", full, [i], started_at=0.0) for i in range(8)]
+    plan = run("gandiva", snapshot([full, roomy], [job], [*ones, busy]), now=1000.0)  # type: ignore[list-item]
+    assert not any(isinstance(a, Suspend) for a in plan.actions)
+    assert {s.node_id for s in launches(plan)["e"].shards} == {"roomy"}
+    assert len(launches(plan)["e"].gpu_uuids) == 5
 
 
 def test_an_elastic_job_grows_into_idle_gpus_when_nobody_waits() -> None:
