@@ -159,6 +159,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                 "fifo_order", f"queued behind job {blocker} (FIFO)"
             )
             continue
+        if not holds and alike.no_room(pending):  # as guaranteed it would wait: it shares
+            _place_opportunistic(pending, view, result)
+            continue
         # A job made opportunistic while it waited is considered as guaranteed first:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
         converted = not holds
@@ -219,10 +222,14 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if converted:  # no room as guaranteed: it waits, or shares, as what it is now
             if stages.blocking != "backfill":  # so would its twins (no reservation here)
                 alike.waits(job, _blocked(stages, job, view, placed, reservations))
+                alike.found_no_room(job)
             _place_opportunistic(pending, view, result)
             continue
         wait = _blocked(stages, job, view, placed, reservations)
-        result.waiting[job.job_id] = alike.waits(job, wait) if wait.code == "no_capacity" else wait
+        if wait.code == "no_capacity":
+            alike.found_no_room(job)
+            wait = alike.waits(job, wait)
+        result.waiting[job.job_id] = wait
         if stages.blocking == "strict":
             blocker = job.job_id
         elif result.waiting[job.job_id].code == "reserved":
@@ -249,14 +256,16 @@ def _earliest(rechecks: list[RecheckFn], view: View) -> float | None:
 
 class _WaitsAlike:
     """The waits of one plan by (queue, user, request, GPU range): the view's generation
-    and the best rank that waited so (`Stages.waits_alike`), and the Wait. Off where a
-    wait depends on more of the job: reservations (by its estimate and age)."""
+    and the best rank that waited so (`Stages.waits_alike`), and the Wait. Only where a
+    job that waits holds nobody back ("skip"): a reservation depends on more of the job
+    (its estimate and age), and under "strict" the first job with no room blocks the
+    rest, which a twin answered from its wait would not."""
 
-    __slots__ = ("known", "last", "last_known", "rank", "view")
+    __slots__ = ("known", "last", "last_known", "rank", "roomless", "view")
 
     def __init__(self, stages: Stages, view: View) -> None:
         rank_of = stages.waits_alike
-        self.rank = rank_of(view) if rank_of is not None and stages.blocking != "backfill" else None
+        self.rank = rank_of(view) if rank_of is not None and stages.blocking == "skip" else None
         self.view = view
         # key -> (generation, rank, attained service, wait)
         self.known: dict[tuple[object, ...], tuple[int, float, float, Wait]] = {}
@@ -264,6 +273,9 @@ class _WaitsAlike:
         # (the order hands out one group's jobs together), so most need no key at all.
         self.last: PendingJob | None = None
         self.last_known: tuple[int, float, float, Wait] | None = None
+        # (queue, request) -> (generation, rank, attained service) of a job without a
+        # GPU range that was admitted and found no room: `no_room`.
+        self.roomless: dict[tuple[object, ...], tuple[int, float, float]] = {}
 
     def wait(self, job: PendingJob) -> Wait | None:
         """The wait of an earlier twin of `job` that holds for it as guaranteed (for a
@@ -287,6 +299,24 @@ class _WaitsAlike:
         if job.attained_s == earlier[2] or self.rank(job) >= earlier[1]:
             return earlier[3]
         return None
+
+    def no_room(self, job: PendingJob) -> bool:
+        """Whether `job`, made opportunistic, would find no room as guaranteed: a job of
+        its queue, request and GPU range, ranked no worse, was admitted and found none at
+        this generation. Whoever's it is: its user counts only in admission, which can
+        but refuse it, and a job refused as guaranteed shares all the same."""
+        if self.rank is None or job.spec_kind != GUARANTEED or job.gpu_range is not None:
+            return False
+        earlier = self.roomless.get((job.queue, job.request))
+        if earlier is None or earlier[0] != self.view.generation or self.view.reserved:
+            return False
+        return job.attained_s == earlier[2] or self.rank(job) >= earlier[1]
+
+    def found_no_room(self, job: PendingJob) -> None:
+        """`job`, admitted as guaranteed, found no room and made none (`no_room`)."""
+        if self.rank is not None and job.gpu_range is None and not self.view.reserved:
+            known = (self.view.generation, self.rank(job), job.attained_s)
+            self.roomless[(job.queue, job.request)] = known
 
     def waits(self, job: PendingJob, wait: Wait) -> Wait:
         """`wait`, remembered as how `job` and its twins wait at this generation."""

@@ -31,7 +31,14 @@ from schedd.policy.snapshot import (
     Snapshot,
     holds_gpus,
 )
-from tests.unit.policy_harness import assert_valid, draw_free_gpus, node, pending, placed
+from tests.unit.policy_harness import (
+    assert_valid,
+    converted,
+    draw_free_gpus,
+    node,
+    pending,
+    placed,
+)
 
 QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
 
@@ -203,6 +210,10 @@ HISTORIES = [None, ServiceHistory.of([600.0] * 180 + [500_000.0] * 20)]
 SERVICE = [0.0, 700.0, 50_000.0, 600_000.0]
 
 
+def _same(job: PendingJob) -> PendingJob:
+    return job
+
+
 @st.composite
 def crowded(draw: st.DrawFn) -> Snapshot:
     """A full cluster and many waiting jobs alike: twins, some ranked above runners."""
@@ -224,17 +235,27 @@ def crowded(draw: st.DrawFn) -> Snapshot:
                 )
             )
     waiting = [
-        pending(
-            f"p{j}",
-            draw(st.integers(1, 2)),
-            at=float(j),
-            queue=draw(st.sampled_from(["a", "b"])),
-            user=draw(st.sampled_from(["u1", "u2"])),
-            attained_s=draw(st.sampled_from(SERVICE)),
+        # Some made opportunistic while they waited: tried as guaranteed first, by users
+        # alike or not (`_WaitsAlike.no_room`).
+        (converted if draw(st.booleans()) else _same)(
+            pending(
+                f"p{j}",
+                draw(st.integers(1, 2)),
+                at=float(j),
+                queue=draw(st.sampled_from(["a", "b"])),
+                user=draw(st.sampled_from(["u1", "u2"])),
+                attained_s=draw(st.sampled_from(SERVICE)),
+            )
         )
         for j in range(draw(st.integers(2, 12)))
     ]
-    queues = (QueueSpec("a", max=draw(st.none() | st.builds(Resources, gpus=st.integers(2, 6)))),)
+    queues = (
+        QueueSpec(
+            "a",
+            guarantee=Resources(gpus=draw(st.integers(0, 4))),
+            max=draw(st.none() | st.builds(Resources, gpus=st.integers(2, 6))),
+        ),
+    )
     history = draw(st.sampled_from(HISTORIES))
     return Snapshot(tuple(nodes), tuple(running), tuple(waiting), queues, service_history=history)
 
