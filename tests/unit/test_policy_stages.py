@@ -15,7 +15,16 @@ from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.view import View
-from tests.unit.policy_harness import launches, node, pending, placed, preempted, run, snapshot
+from tests.unit.policy_harness import (
+    converted,
+    launches,
+    node,
+    pending,
+    placed,
+    preempted,
+    run,
+    snapshot,
+)
 
 # ---- admit ------------------------------------------------------------------
 
@@ -498,4 +507,36 @@ def test_a_twin_of_a_worse_level_is_no_victim_search_the_stages_would_make() -> 
     alike = framework.plan(staged, snap, 10_000.0)
     asked = framework.plan(dataclasses.replace(staged, waits_alike=None), snap, 10_000.0)
     assert set(launches(alike)) == {"C"}
+    assert alike.actions == asked.actions and alike.waiting == asked.waiting
+
+
+def test_under_fifo_the_twin_of_a_converted_job_still_blocks_the_jobs_behind_it() -> None:
+    """p0, made opportunistic, finds no room as guaranteed and shares; p1, its
+    guaranteed twin, waits for room and so holds p2 back in FIFO order (its wait is
+    not read from p0's, which blocked nobody)."""
+    n = node("n", 1)
+    waiting = [
+        converted(pending("p0", 1, queue="a")),
+        pending("p1", 1, at=1.0, queue="a"),
+        pending("p2", 1, at=2.0, queue="a"),
+    ]
+    plan = run("fifo", snapshot([n], waiting, [placed("r", n, [0], queue="a")]))
+    assert plan.waiting["p1"].code == "no_capacity"
+    assert plan.waiting["p2"].code == "fifo_order"
+
+
+def test_a_converted_job_of_another_user_is_answered_as_its_queue_mate_was() -> None:
+    """u1's job, made opportunistic, finds no room as guaranteed; u2's, alike but for
+    the user, is not tried again (`_WaitsAlike.no_room`) and shares as it would have:
+    the plan is the one that asks every stage."""
+    n = node("n", 2)
+    waiting = [
+        converted(pending("a", 2, queue="q", user="u1")),
+        converted(pending("b", 2, at=1.0, queue="q", user="u2")),
+    ]
+    snap = snapshot([n], waiting, [placed("r", n, [0, 1], queue="q", started_at=0.0)])
+    staged = stages(BUILTIN["default"], "default")
+    alike = framework.plan(staged, snap, 10_000.0)
+    asked = framework.plan(dataclasses.replace(staged, waits_alike=None), snap, 10_000.0)
+    assert {j for j, w in alike.waiting.items()} | set(launches(alike)) == {"a", "b"}
     assert alike.actions == asked.actions and alike.waiting == asked.waiting
