@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import Literal, cast
 
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
@@ -140,8 +141,11 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     blocker: str | None = None
     reservations = 0
     alike = _WaitsAlike(stages, view)
-    deferred: list[PendingJob] = []  # elastic jobs that start smaller on what is left
-    for pending, second_look in _then_deferred(stages.order(snapshot.pending, view), deferred):
+    # Elastic jobs looked at again once the order is through, to start smaller on what
+    # is left (`_take_turns`); `chain` reaches the list only then.
+    deferred: list[PendingJob] = []
+    deferred_ids: set[str] = set()
+    for pending in chain(stages.order(snapshot.pending, view), deferred):
         if resumed and pending.job_id in resumed:
             continue
         holds = holds_gpus(pending)
@@ -178,10 +182,11 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         label = stages.label
         eviction: Eviction | None = None
         if not isinstance(placed, Placement) and job.gpu_range is not None:
-            if stages.blocking == "skip" and not second_look:
+            if stages.blocking == "skip" and pending.job_id not in deferred_ids:
                 eviction = _take_turns(stages, job, view)
                 if eviction is None:
                     deferred.append(pending)
+                    deferred_ids.add(pending.job_id)
                     continue
             else:
                 most = job.request.gpus
@@ -422,24 +427,13 @@ def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
     return placed
 
 
-def _then_deferred(
-    order: Iterator[PendingJob], deferred: list[PendingJob]
-) -> Iterator[tuple[PendingJob, bool]]:
-    """The order's jobs, then the jobs `deferred` while it was walked, each with whether
-    this is its second look (`_take_turns`)."""
-    for job in order:
-        yield job, False
-    for job in deferred:
-        yield job, True
-
-
 def _take_turns(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
     """The first turn a make-room plugin offers the job at its full count (time-slicing:
     an Eviction with `launch_on`), or None; preemptions are not taken here.
 
     For an elastic job that does not fit whole where jobs that do not fit are passed
     over ("skip"): it takes turns at its full count as any job of that count would, or
-    else is looked at again once every other pending job has been (`_then_deferred`),
+    else is looked at again once every other pending job has been (`plan`'s `deferred`),
     to start smaller on the GPUs left (`_place_smaller`) or make room as any job.
     Started smaller at once, in its place in the order, it took the GPUs that smaller
     jobs behind it fit on, at counts (5, 6, 7 of 8) no waiting job takes turns with:

@@ -14,6 +14,7 @@ from schedd.policy.queues import QueueSpec
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
+from schedd.policy.snapshot import OPPORTUNISTIC
 from schedd.policy.view import View
 from tests.unit.policy_harness import (
     converted,
@@ -212,6 +213,21 @@ def test_young_jobs_are_protected_from_preemption() -> None:
     snap = snapshot([n], [pending("a1", 1, queue="a")], held, queues=QUEUES)
     assert not preempted(run("drf", snap, now=10_000.0, min_run_s=300.0))
     assert len(preempted(run("drf", snap, now=10_000.0, min_run_s=60.0))) == 1
+
+
+@pytest.mark.parametrize("name", ["tiresias", "default", "default-deadlines"])
+def test_a_job_of_more_service_is_no_victim_while_young(name: str) -> None:
+    """2D-LAS, Gittins and deadline preemption take victims by rank, and none that ran
+    less than `min_run_s`; an opportunistic job is none either (it holds no GPU of its
+    own: a guaranteed job takes the GPU beside it)."""
+    n = node("n", 1)
+    held = [placed("old", n, [0], started_at=9_900.0, attained_s=500_000.0)]
+    snap = snapshot([n], [pending("new", 1, at=9_950.0)], held)
+    assert not preempted(run(name, snap, now=10_000.0, min_run_s=300.0))
+    assert preempted(run(name, snap, now=10_000.0, min_run_s=60.0)) == {"old"}
+    shared = [placed("old", n, [0], started_at=0.0, attained_s=500_000.0, kind=OPPORTUNISTIC)]
+    plan = run(name, snapshot([n], [pending("new", 1, at=9_950.0)], shared), now=10_000.0)
+    assert not preempted(plan) and "new" in launches(plan)  # its GPU is free to take
 
 
 def test_a_plan_waiting_on_young_victims_says_when_they_come_of_age() -> None:

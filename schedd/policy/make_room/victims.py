@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from schedd.policy.actions import Wait
 from schedd.policy.immutable import immutable
@@ -44,9 +45,34 @@ def work_at_risk(job: PlacedJob, view: View) -> float:
 def protected(job: PlacedJob, view: View) -> bool:
     """Too young to preempt, already on its way out, or holding no GPU of its own (an
     opportunistic job: stopping it would free nothing a guaranteed job may not use)."""
-    if not job.stoppable or view.decided(job.job_id) or not holds_gpus(job):
+    return view.decided(job.job_id) or _protected_all_cycle(job, view)
+
+
+def _protected_all_cycle(job: PlacedJob, view: View) -> bool:
+    """`protected` but for the plan's own decisions: the same all cycle."""
+    if not job.stoppable or not holds_gpus(job):
         return True
     return view.now - view.started(job) < view.settings.min_run_s
+
+
+def unprotected(ranked: Sequence[PlacedJob], view: View) -> list[PlacedJob]:
+    """`ranked` less its protected jobs, the part of `protected` that holds all cycle
+    found once per placed job (make-room plugins ask it of the same jobs again and
+    again: a busy cycle, thousands of times)."""
+    fixed = cast("dict[str, bool] | None", view.memo.get(_FIXED_KEY))
+    if fixed is None:
+        fixed = {j.job_id: _protected_all_cycle(j, view) for j in view.snapshot.placed}
+        view.memo[_FIXED_KEY] = fixed
+    decided = view.decided
+    return [
+        v
+        for v in ranked
+        if not decided(v.job_id)
+        and not (_protected_all_cycle(v, view) if (p := fixed.get(v.job_id)) is None else p)
+    ]
+
+
+_FIXED_KEY = ("protected_all_cycle",)
 
 
 def leaving_jobs(view: View) -> list[PlacedJob]:
@@ -200,7 +226,7 @@ def fewest_victims(
     leaving = leaving_jobs(view)
     if leaving and isinstance(_place_without(job, view, leaving, place), Placement):
         return ()
-    eligible = [v for v in ranked if not protected(v, view)]
+    eligible = unprotected(ranked, view)
     # A longer prefix frees more, so a fit found at k holds at every k after it. The
     # first k at which GPU counts alone allow a fit is a lower bound, and usually the
     # answer: one placement confirms it; otherwise a binary search above it finds the
