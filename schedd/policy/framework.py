@@ -226,14 +226,12 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             continue
         if converted:  # no room as guaranteed: it waits, or shares, as what it is now
             if stages.blocking != "backfill":  # so would its twins (no reservation here)
-                alike.waits(job, _blocked(stages, job, view, placed, reservations))
-                alike.found_no_room(job)
+                alike.waits(job, _blocked(stages, job, view, placed, reservations), no_room=True)
             _place_opportunistic(pending, view, result)
             continue
         wait = _blocked(stages, job, view, placed, reservations)
         if wait.code == "no_capacity":
-            alike.found_no_room(job)
-            wait = alike.waits(job, wait)
+            wait = alike.waits(job, wait, no_room=True)
         result.waiting[job.job_id] = wait
         if stages.blocking == "strict":
             blocker = job.job_id
@@ -307,9 +305,9 @@ class _WaitsAlike:
 
     def no_room(self, job: PendingJob) -> bool:
         """Whether `job`, made opportunistic, would find no room as guaranteed: a job of
-        its queue, request and GPU range, ranked no worse, was admitted and found none at
-        this generation. Whoever's it is: its user counts only in admission, which can
-        but refuse it, and a job refused as guaranteed shares all the same."""
+        its queue and request (neither elastic), ranked no worse, was admitted and found
+        none at this generation. Whoever's it was: the user counts only in admission,
+        which can but refuse it, and a job refused as guaranteed shares all the same."""
         if self.rank is None or job.spec_kind != GUARANTEED or job.gpu_range is not None:
             return False
         earlier = self.roomless.get((job.queue, job.request))
@@ -317,19 +315,17 @@ class _WaitsAlike:
             return False
         return job.attained_s == earlier[2] or self.rank(job) >= earlier[1]
 
-    def found_no_room(self, job: PendingJob) -> None:
-        """`job`, admitted as guaranteed, found no room and made none (`no_room`)."""
-        if self.rank is not None and job.gpu_range is None and not self.view.reserved:
-            known = (self.view.generation, self.rank(job), job.attained_s)
-            self.roomless[(job.queue, job.request)] = known
-
-    def waits(self, job: PendingJob, wait: Wait) -> Wait:
-        """`wait`, remembered as how `job` and its twins wait at this generation."""
+    def waits(self, job: PendingJob, wait: Wait, no_room: bool = False) -> Wait:
+        """`wait`, remembered as how `job` and its twins wait at this generation; with
+        `no_room`, the job was admitted and found no room nor made any (`no_room`)."""
         if self.rank is not None and job.kind == GUARANTEED and not self.view.reserved:
+            generation, rank = self.view.generation, self.rank(job)
             key = (job.queue, job.user, job.request, job.gpu_range)
-            known = (self.view.generation, self.rank(job), job.attained_s, wait)
+            known = (generation, rank, job.attained_s, wait)
             self.known[key] = known
             self.last, self.last_known = job, known
+            if no_room and job.gpu_range is None:
+                self.roomless[(job.queue, job.request)] = (generation, rank, job.attained_s)
         return wait
 
 
