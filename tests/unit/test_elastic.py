@@ -6,8 +6,20 @@ from __future__ import annotations
 import dataclasses
 
 from schedd.policy.actions import Plan, Resize, Suspend
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
 from schedd.policy.snapshot import PendingJob, PlacedJob
-from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
+from tests.unit.policy_harness import (
+    HEAVY_TAIL,
+    converted,
+    launches,
+    node,
+    pending,
+    placed,
+    preempted,
+    run,
+    snapshot,
+)
 
 
 def elastic(job: PendingJob | PlacedJob, least: int, most: int) -> PendingJob | PlacedJob:
@@ -117,3 +129,48 @@ def test_two_jobs_never_grow_into_the_same_gpus() -> None:
     assert {j: (r.gpus, r.gpu_uuids) for j, r in resizes(plan).items()} == {
         "long": (3, ("n-g0", "n-g2", "n-g3"))
     }
+
+
+def test_an_elastic_job_within_its_queues_guarantee_starts_smaller_in_its_place() -> None:
+    """Queue a holds none of its 8 guaranteed GPUs, b borrows 4: a's elastic job starts
+    on the 4 free at once, before b's job behind it. b's own elastic job, borrowing,
+    lets that job go first (and waits for more)."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    held = [placed("b_old", n, [0, 1, 2, 3], queue="b", started_at=9_900.0)]
+    behind = pending("r", 2, at=10.0, queue="b")
+    owner = elastic(pending("e", 8, queue="a"), 4, 8)
+    plan = run("default-gandiva", snapshot([n], [owner, behind], held, queues=queues), now=1e4)  # type: ignore[list-item]
+    assert len(launches(plan)["e"].gpu_uuids) == 4
+    assert plan.waiting["r"].code == "no_capacity"
+    borrower = elastic(pending("e", 8, queue="b"), 4, 8)
+    plan = run("default-gandiva", snapshot([n], [borrower, behind], held, queues=queues), now=1e4)  # type: ignore[list-item]
+    assert set(launches(plan)) == {"r"}
+    assert plan.waiting["e"].code == "no_capacity"
+
+
+def test_an_elastic_job_takes_a_turn_where_a_rigid_one_would_preempt() -> None:
+    """Under `default-gandiva` the Gittins preemption comes before the turns: a rigid
+    newcomer stops the long runner; an elastic one takes turns with it instead."""
+    n = node("n", 8)
+    runner = placed("runner", n, list(range(8)), started_at=0.0, attained_s=80_000.0)
+    job = elastic(pending("e", 8, at=9_990.0), 4, 8)
+    snap = snapshot([n], [job], [runner], service_history=HEAVY_TAIL)  # type: ignore[list-item]
+    plan = run("default-gandiva", snap, now=10_000.0)
+    assert [a.job_id for a in plan.actions if isinstance(a, Suspend)] == ["runner"]
+    assert not preempted(plan) and len(launches(plan)["e"].gpu_uuids) == 8
+    rigid = dataclasses.replace(snap, pending=(pending("e", 8, at=9_990.0),))
+    plan = run("default-gandiva", rigid, now=10_000.0)
+    assert preempted(plan) == {"runner"} and "e" not in launches(plan)
+
+
+def test_an_elastic_job_made_opportunistic_shares_in_its_place() -> None:
+    """Every GPU is held, little used: e, made opportunistic and elastic, has no room
+    as guaranteed at any count; it shares them in its place, before o behind it."""
+    n = node("n", 4)
+    held = [placed(f"h{i}", n, [i], started_at=0.0, utilization_pct=5) for i in range(4)]
+    e = converted(elastic(pending("e", 4, at=0.0), 2, 4))  # type: ignore[arg-type]
+    o = converted(pending("o", 4, at=10.0))
+    plan = run("default", snapshot([n], [e, o], held), now=10_000.0)
+    assert "opportunistic" in launches(plan)["e"].reason
+    assert plan.waiting["o"].code == "no_shareable_gpu"

@@ -7,16 +7,17 @@ import dataclasses
 import pytest
 
 from schedd.policy import build, framework, profile
-from schedd.policy.actions import Reserve
+from schedd.policy.actions import Launch, Preempt, Reserve, SetKind
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.queues import QueueSpec
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import OPPORTUNISTIC
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Usage
 from schedd.policy.view import View
 from tests.unit.policy_harness import (
+    HEAVY_TAIL,
     converted,
     launches,
     node,
@@ -228,6 +229,22 @@ def test_a_job_of_more_service_is_no_victim_while_young(name: str) -> None:
     shared = [placed("old", n, [0], started_at=0.0, attained_s=500_000.0, kind=OPPORTUNISTIC)]
     plan = run(name, snapshot([n], [pending("new", 1, at=9_950.0)], shared), now=10_000.0)
     assert not preempted(plan) and "new" in launches(plan)  # its GPU is free to take
+
+
+@pytest.mark.parametrize("name", ["tiresias", "default", "default-deadlines"])
+def test_two_waiting_jobs_never_take_one_victim(name: str) -> None:
+    """The second newcomer must not count on the runner the first one is stopping:
+    each takes a victim of its own."""
+    n = node("n", 2)
+    held = [
+        placed("old", n, [0], started_at=0.0, attained_s=500_000.0),
+        placed("older", n, [1], started_at=0.0, attained_s=900_000.0),
+    ]
+    waiting = [pending("new", 1, at=9_950.0), pending("newer", 1, at=9_960.0)]
+    plan = run(name, snapshot([n], waiting, held), now=10_000.0, min_run_s=60.0)
+    assert preempted(plan) == {"old", "older"}
+    named = {j: plan.waiting[j].reason.rsplit(": ", 1)[1] for j in ("new", "newer")}
+    assert sorted(named.values()) == ["old", "older"]
 
 
 def test_a_plan_waiting_on_young_victims_says_when_they_come_of_age() -> None:
@@ -556,3 +573,52 @@ def test_a_converted_job_of_another_user_is_answered_as_its_queue_mate_was() -> 
     asked = framework.plan(dataclasses.replace(staged, waits_alike=None), snap, 10_000.0)
     assert {j for j, w in alike.waiting.items()} | set(launches(alike)) == {"a", "b"}
     assert alike.actions == asked.actions and alike.waiting == asked.waiting
+
+
+def test_a_converted_job_refused_by_its_users_limit_says_nothing_of_its_queue_mates() -> None:
+    """u1's job, made opportunistic, is refused as guaranteed by u1's limit and shares;
+    u2's after it (u2 used more of late), alike but for the user, is admitted and takes
+    its guarantee back: a refusal is no sign that the queue has no room."""
+    n = node("n", 4)
+    q = QueueSpec("q", guarantee=Resources(gpus=2), user_limit_factor=1.0)
+    held = [placed("r", n, [0, 1], queue="q", user="u1")]
+    waiting = [
+        converted(pending("a", 1, queue="q", user="u1")),
+        converted(pending("b", 1, at=1.0, queue="q", user="u2")),
+    ]
+    snap = snapshot([n], waiting, held, queues=(q,))
+    snap = dataclasses.replace(snap, usage=Usage(users={("q", "u2"): 1e9}))
+    plan = run("default", snap, now=10_000.0)
+    assert [a.job_id for a in plan.actions if isinstance(a, Launch)] == ["a", "b"]
+    assert "opportunistic" in launches(plan)["a"].reason
+    assert [(a.job_id, a.kind) for a in plan.actions if isinstance(a, SetKind)] == [
+        ("b", GUARANTEED)
+    ]
+    assert "opportunistic" not in launches(plan)["b"].reason
+
+
+def test_a_converted_job_tries_again_where_a_preemption_since_gave_its_queue_room() -> None:
+    """p1 finds no room in queue a, which holds its whole guarantee; p0, a newcomer of
+    a higher Gittins index, then preempts a's runner r2. p3, made opportunistic and
+    alike to p1, is not answered from p1's no-room (the view has changed since): a is
+    now below its guarantee, and p3 takes it back from b's borrowed GPU."""
+    n0, n1 = node("n0", 1), node("n1", 2)
+    held = [
+        placed("r0", n0, [0], queue="a"),
+        placed("r1", n1, [0], queue="b"),
+        placed("r2", n1, [1], queue="a", attained_s=700.0),
+    ]
+    waiting = [
+        pending("p0", 1, user="u2", queue="a"),
+        pending("p1", 1, at=1.0, user="u1", queue="a", attained_s=700.0),
+        converted(pending("p3", 1, at=3.0, user="u2", queue="a", attained_s=700.0)),
+    ]
+    queues = (QueueSpec("a", guarantee=Resources(gpus=2)),)
+    snap = snapshot([n0, n1], waiting, held, queues=queues, service_history=HEAVY_TAIL)
+    plan = run("default", snap, now=10_000.0)
+    assert plan.waiting["p1"].code == "no_capacity"
+    assert preempted(plan) == {"r2", "r1"}
+    reasons = {a.job_id: a.reason for a in plan.actions if isinstance(a, Preempt)}
+    assert "queue a reclaims its guarantee for job p3" in reasons["r1"]
+    kinds = {a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)}
+    assert kinds["p3"] == GUARANTEED

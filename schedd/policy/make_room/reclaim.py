@@ -8,6 +8,7 @@ run since start or last checkpoint) go first, and none younger than `min_run_s`.
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import NamedTuple
 
 from schedd.policy.make_room.victims import (
     Eviction,
@@ -27,10 +28,16 @@ def _borrowed(queue: str, view: View) -> int:
     return held - view.queue(queue).guarantee.gpus
 
 
-def _old_enough(view: View) -> dict[str, tuple[int, list[tuple[int, PlacedJob]]]]:
-    """Placed jobs not protected at the start of the cycle, by queue: the fewest GPUs
-    one of them holds, and each with its place in the order of least work lost (age
-    protection holds for the whole cycle; only the plan's own victims join `stopping`)."""
+class _OldEnough(NamedTuple):
+    """A queue's placed jobs that may be preempted this cycle."""
+
+    fewest_gpus: int  # the fewest GPUs one of them holds
+    jobs: list[tuple[int, PlacedJob]]  # each with its place in the order of least work lost
+
+
+def _old_enough(view: View) -> dict[str, _OldEnough]:
+    """Placed jobs not protected at the start of the cycle, by queue (age protection
+    holds for the whole cycle; only the plan's own victims join `stopping`)."""
     key = ("reclaim_old_enough",)
     known = view.memo.get(key)
     if known is None:
@@ -39,7 +46,8 @@ def _old_enough(view: View) -> dict[str, tuple[int, list[tuple[int, PlacedJob]]]
             if not protected(v, view):
                 by_queue.setdefault(v.queue, []).append((i, v))
         known = view.memo[key] = {
-            q: (min(v.request.gpus for _, v in jobs), jobs) for q, jobs in by_queue.items()
+            q: _OldEnough(min(v.request.gpus for _, v in jobs), jobs)
+            for q, jobs in by_queue.items()
         }
     return known  # type: ignore[return-value]
 
@@ -59,8 +67,10 @@ def _candidates(queue: str, view: View) -> list[PlacedJob]:
         if victim_queue == queue or fewest > left:
             continue
         for i, victim in jobs:
-            if victim.request.gpus > left or view.decided(victim.job_id):
+            if victim.request.gpus > left:
                 continue  # taking it would push its queue below its guarantee
+            if view.decided(victim.job_id):
+                continue  # already stopping, or moved, in this plan
             left -= victim.request.gpus
             chosen.append((i, victim))
     chosen.sort(key=itemgetter(0))

@@ -55,6 +55,9 @@ def _protected_all_cycle(job: PlacedJob, view: View) -> bool:
     return view.now - view.started(job) < view.settings.min_run_s
 
 
+_FIXED_KEY = ("protected_all_cycle",)
+
+
 def unprotected(ranked: Sequence[PlacedJob], view: View) -> list[PlacedJob]:
     """`ranked` less its protected jobs, the part of `protected` that holds all cycle
     found once per placed job (make-room plugins ask it of the same jobs again and
@@ -64,15 +67,16 @@ def unprotected(ranked: Sequence[PlacedJob], view: View) -> list[PlacedJob]:
         fixed = {j.job_id: _protected_all_cycle(j, view) for j in view.snapshot.placed}
         view.memo[_FIXED_KEY] = fixed
     decided = view.decided
-    return [
-        v
-        for v in ranked
-        if not decided(v.job_id)
-        and not (_protected_all_cycle(v, view) if (p := fixed.get(v.job_id)) is None else p)
-    ]
-
-
-_FIXED_KEY = ("protected_all_cycle",)
+    kept = []
+    for v in ranked:
+        if decided(v.job_id):
+            continue
+        held = fixed.get(v.job_id)
+        if held is None:  # a job placed in this plan
+            held = _protected_all_cycle(v, view)
+        if not held:
+            kept.append(v)
+    return kept
 
 
 def leaving_jobs(view: View) -> list[PlacedJob]:

@@ -171,7 +171,7 @@ class _ShareIndex:
     def no_fit(self, request: Request) -> NoFit:
         """Why no node takes `request`: what `_scan` says, from the kept lists."""
         view = self.view
-        few = f"with too few GPUs used below {self.limit:g}% and not shared"
+        few = _too_few(self.limit)
         filtered: dict[str, int] = {}  # by first failed check, in the order first met
         most = 0
         for node in view.snapshot.nodes:
@@ -192,9 +192,13 @@ class _ShareIndex:
         return NoFit(filtered, most)
 
 
+def _too_few(limit: float) -> str:
+    return f"with too few GPUs used below {limit:g}% and not shared"
+
+
 def _scan(request: Request, view: View) -> Placement | NoFit:
     limit = view.settings.share_below_pct
-    few = f"with too few GPUs used below {limit:g}% and not shared"
+    few = _too_few(limit)
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
