@@ -20,10 +20,9 @@ reserves GPUs for it and lets others start only where they do not delay it, "ski
 goes on with the next job.
 
 An elastic job (`gpu_range`) that does not fit whole starts on fewer GPUs, the most
-of its range that fit. Under "skip", one that would borrow beyond its queue's
-guarantee first takes turns at its full count where it can, and otherwise starts
-smaller only on the GPUs left once every other pending job has been considered
-(`_defers`).
+of its range that fit. Under "skip" it first takes turns at its full count where it
+can; one that would only borrow beyond its queue's guarantee then starts smaller only
+on the GPUs left once every other pending job has been considered (`_entitled`).
 """
 
 from __future__ import annotations
@@ -144,7 +143,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     reservations = 0
     alike = _WaitsAlike(stages, view)
     # Elastic jobs looked at again once the order is through, to start smaller on what
-    # is left (`_defers`); `chain` reaches them only then.
+    # is left (`_entitled`); `chain` reaches them only then.
     deferred: dict[str, PendingJob] = {}
     for pending in chain(stages.order(snapshot.pending, view), deferred.values()):
         if resumed and pending.job_id in resumed:
@@ -182,23 +181,29 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         placed = _place(stages, job, view)
         label = stages.label
         eviction: Eviction | None = None
+        room_for = job  # the job as room is made for it
         if not isinstance(placed, Placement) and job.gpu_range is not None:
-            if pending.job_id not in deferred and _defers(stages, job, view):
+            first_look = stages.blocking == "skip" and pending.job_id not in deferred
+            if first_look:
                 eviction = _take_turns(stages, job, view)
-                if eviction is None:
-                    # A job made opportunistic shares in its place where it can.
-                    if not (converted and _place_opportunistic(pending, view, result, False)):
-                        deferred[pending.job_id] = pending
-                    continue
-            else:
+            entitled = _entitled(job, view)
+            if eviction is None and first_look and entitled is None:
+                # A job made opportunistic shares in its place where it can.
+                if not (converted and _place_opportunistic(pending, view, result, False)):
+                    deferred[pending.job_id] = pending
+                continue
+            if eviction is None:
                 most = job.request.gpus
                 smaller = _place_smaller(stages, job, view)
                 if smaller is not None:
                     job, placed = smaller
                     label = f"{label}; elastic, on {job.request.gpus} of its {most} GPUs"
+                elif entitled is not None:
+                    room_for = entitled  # a reclaim takes back no more than the guarantee
         if eviction is None and not isinstance(placed, Placement):
-            eviction = _make_room(stages, job, view)
+            eviction = _make_room(stages, room_for, view)
         if eviction is not None and eviction.launch_on is not None:  # time-slicing
+            job = room_for
             for victim in eviction.victims:
                 view.suspend(victim)
                 result.actions.append(Suspend(victim.job_id, eviction.reason))
@@ -320,6 +325,7 @@ class _WaitsAlike:
 
     @property
     def remembers(self) -> bool:
+        """Whether waits are remembered at all (only under "skip", with a rank)."""
         return self.rank is not None
 
     def waits(self, job: PendingJob, wait: Wait, no_room: bool = False) -> Wait:
@@ -430,22 +436,29 @@ def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
     return placed
 
 
-def _defers(stages: Stages, job: PendingJob, view: View) -> bool:
-    """Whether an elastic job that does not fit whole is looked at again once every
-    other pending job has been, to start smaller on the GPUs left (`_place_smaller`) or
-    make room as any job; unless it takes turns at its full count first (`_take_turns`).
+def _entitled(job: PendingJob, view: View) -> PendingJob | None:
+    """An elastic job at the most GPUs of its range its queue's guarantee still covers,
+    or None where even its least would borrow.
 
-    Only where jobs that do not fit are passed over ("skip"), and only a job whose
-    queue would hold more than its guarantee at its full count: one within it starts
-    smaller at once, in its place, as the GPUs are its queue's before a borrower's.
-    Started smaller at once, a borrowing job took the GPUs that smaller jobs behind it
-    fit on, at counts (5, 6, 7 of 8) no waiting job takes turns with: on cluster03 the
-    rigid jobs lost more than the elastic ones gained (docs/evaluation.md, "Grow/shrink
-    on the ITP traces")."""
-    if stages.blocking != "skip":
-        return False
+    Where jobs that do not fit are passed over ("skip"), an elastic job that does not
+    fit whole first takes turns at its full count where it can (`_take_turns`). Then
+    one its guarantee covers starts smaller at once, in its place, or makes room at the
+    count covered (the GPUs are its queue's before a borrower's; a reclaim takes back no
+    more than the guarantee). One that would only borrow is looked at again once every
+    other pending job has been, to start smaller on the GPUs left (`_place_smaller`) or
+    make room as any job: started smaller at once, it took the GPUs that smaller jobs
+    behind it fit on, at counts (5, 6, 7 of 8) no waiting job takes turns with; on
+    cluster03 the rigid jobs lost more than the elastic ones gained (docs/evaluation.md,
+    "Grow/shrink on the ITP traces")."""
+    assert job.gpu_range is not None
     held = view.allocated.get(job.queue, NOTHING).gpus
-    return held + job.request.gpus > view.queue(job.queue).guarantee.gpus
+    covered = min(view.queue(job.queue).guarantee.gpus - held, job.request.gpus)
+    if covered < max(job.gpu_range[0], 1):
+        return None
+    if covered == job.request.gpus:
+        return job
+    request = interned(dataclasses.replace(job.request, gpus=covered))
+    return dataclasses.replace(job, request=request)
 
 
 def _take_turns(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
@@ -453,10 +466,9 @@ def _take_turns(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
     offers the job at its full count, or None. A rigid job takes the first answer of
     the make-room plugins, a preemption included; an elastic job takes none here, even
     one offered before the turn: it takes a turn, or starts smaller, before it stops
-    anybody, and makes room as any job only once the order is through (`_defers`).
-    Taking the first answer, as a rigid job does, cost `default-gandiva` 7% of
-    cluster05's average JCT and 1.5% of cluster03's, for 1 to 3% on two other traces
-    (docs/evaluation.md, "Grow/shrink on the ITP traces")."""
+    anybody (`_entitled`). Taking the first answer, as a rigid job does, cost
+    `default-gandiva` 7% of cluster05's average JCT and 1.5% of cluster03's, for 1 to
+    3% on two other traces (docs/evaluation.md, "Grow/shrink on the ITP traces")."""
     for make_room in stages.make_room:
         eviction = make_room(job, view, stages.place)
         if eviction is not None and eviction.launch_on is not None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedd.policy.actions import Plan, Resize, Suspend
+from schedd.policy.actions import Plan, Resize, SetKind, Suspend
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
     converted,
@@ -174,3 +174,45 @@ def test_an_elastic_job_made_opportunistic_shares_in_its_place() -> None:
     plan = run("default", snapshot([n], [e, o], held), now=10_000.0)
     assert "opportunistic" in launches(plan)["e"].reason
     assert plan.waiting["o"].code == "no_shareable_gpu"
+
+
+def test_an_elastic_job_within_its_guarantee_takes_a_turn_before_it_preempts() -> None:
+    """As a borrowing one does: the runner, of its own queue, is paused, not stopped."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=16)),)
+    runner = placed("runner", n, list(range(8)), queue="a", attained_s=80_000.0)
+    job = elastic(pending("e", 8, at=9_990.0, queue="a"), 4, 8)
+    snap = snapshot([n], [job], [runner], queues=queues, service_history=HEAVY_TAIL)  # type: ignore[list-item]
+    plan = run("default-gandiva", snap, now=10_000.0)
+    assert [a.job_id for a in plan.actions if isinstance(a, Suspend)] == ["runner"]
+    assert not preempted(plan) and len(launches(plan)["e"].gpu_uuids) == 8
+
+
+def test_an_elastic_job_reclaims_what_its_guarantee_covers_of_its_range() -> None:
+    """Queue a's guarantee covers 4 of e's 4..8 GPUs: b's borrowed GPUs are taken back
+    for e at 4, though 8 would be beyond the guarantee; r of b, behind it, waits."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=4)), QueueSpec("b"))
+    held = [placed(f"b{i}", n, [i], queue="b") for i in range(8)]
+    job = elastic(pending("e", 8, queue="a"), 4, 8)
+    behind = pending("r", 2, at=10.0, queue="b")
+    plan = run("drf", snapshot([n], [job, behind], held, queues=queues), now=10_000.0)  # type: ignore[list-item]
+    assert len(preempted(plan)) == 4
+    assert plan.waiting["e"].code == "preempting"
+    assert "r" not in launches(plan)
+
+
+def test_a_converted_elastic_job_that_cannot_share_starts_smaller_once_the_order_is_through() -> (
+    None
+):
+    """The busy GPUs are not little used, so e cannot share 8; deferred, it takes its
+    guarantee back on the 4 free GPUs (no queue holds one: it would only borrow)."""
+    n = node("n", 8)
+    held = [placed(f"h{i}", n, [i], utilization_pct=95, queue="b") for i in range(4)]
+    e = converted(elastic(pending("e", 8), 4, 8))  # type: ignore[arg-type]
+    plan = run("default", snapshot([n], [e], held), now=10_000.0)
+    assert len(launches(plan)["e"].gpu_uuids) == 4
+    assert [(a.job_id, a.kind) for a in plan.actions if isinstance(a, SetKind)] == [
+        ("e", GUARANTEED)
+    ]
+    assert "e" not in plan.waiting

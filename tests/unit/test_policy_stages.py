@@ -622,3 +622,17 @@ def test_a_converted_job_tries_again_where_a_preemption_since_gave_its_queue_roo
     assert "queue a reclaims its guarantee for job p3" in reasons["r1"]
     kinds = {a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)}
     assert kinds["p3"] == GUARANTEED
+
+
+@pytest.mark.parametrize("name", ["drf", "default"])
+def test_two_jobs_reclaiming_for_one_queue_never_take_one_victim(name: str) -> None:
+    """Queue a holds none of its guarantee of 2; b borrows both GPUs: a1 and a2 each
+    take back one, a victim of their own."""
+    n = node("n", 2)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=2)), QueueSpec("b"))
+    held = [placed("b0", n, [0], queue="b"), placed("b1", n, [1], queue="b")]
+    waiting = [pending("a1", 1, queue="a"), pending("a2", 1, at=1.0, queue="a")]
+    plan = run(name, snapshot([n], waiting, held, queues=queues), now=10_000.0)
+    assert preempted(plan) == {"b0", "b1"}
+    named = {j: plan.waiting[j].reason.rsplit(": ", 1)[1] for j in ("a1", "a2")}
+    assert sorted(named.values()) == ["b0", "b1"]
