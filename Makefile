@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck bench evaluation clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: lint typecheck
 bench: $(STAMP)
 	$(VENV)/bin/python bench/submit_throughput.py
 	$(VENV)/bin/python bench/event_latency.py
+
+# Every replay behind docs/evaluation.md: make evaluation TRACES=dir OUT=dir (hours).
+evaluation: $(STAMP)
+	bench/evaluation.sh "$(TRACES)" "$(OUT)"
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
