@@ -307,3 +307,30 @@ def test_consolidation_keeps_a_job_inside_one_aligned_block() -> None:
     assert shard.gpu_uuids == ("a-g6", "a-g7")  # not 0 and 5, across two pairs
     best_fit = launches(run("sjf", snapshot([n], [pending("j", 2, estimate_s=H)], held)))
     assert best_fit["j"].shards[0].gpu_uuids == ("a-g0", "a-g5")
+
+
+def test_a_gang_larger_than_a_node_leaves_whole_nodes_whole() -> None:
+    """12 GPUs over nodes of 8: best fit takes the two empty nodes (4 left on one);
+    the local search takes an empty node and the one with exactly 4 free."""
+    a, b, c = node("a", 8), node("b", 8), node("c", 8)
+    held = [placed("x", c, [0, 1, 2, 3])]
+    snap = snapshot([a, b, c], [pending("j", 12, estimate_s=H)], held, multi_node=True)
+    chosen = {s.node_id: len(s.gpu_uuids) for s in launches(run("chronus", snap))["j"].shards}
+    assert chosen == {"a": 8, "c": 4}
+    spread = {s.node_id: len(s.gpu_uuids) for s in launches(run("sjf", snap))["j"].shards}
+    assert spread == {"a": 8, "b": 4}
+
+
+def test_a_gang_larger_than_a_node_spans_as_few_racks_as_it_can() -> None:
+    """Three empty nodes, two in rack r1: a 16-GPU gang takes the two in r1, where best
+    fit, by name, takes a and b across two racks. Never more nodes for fewer racks."""
+    a, b, c = node("a", 8, rack="r1"), node("b", 8, rack="r2"), node("c", 8, rack="r1")
+    snap = snapshot([a, b, c], [pending("j", 16, estimate_s=H)], multi_node=True)
+    assert {s.node_id for s in launches(run("chronus", snap))["j"].shards} == {"a", "c"}
+    assert {s.node_id for s in launches(run("sjf", snap))["j"].shards} == {"a", "b"}
+    # Fewer racks come before fewer GPUs left behind: 12 GPUs take a and c (4 left on
+    # c) rather than a and d, whose 4 GPUs it would fill, in another rack.
+    d = node("d", 4, rack="r3")
+    snap = snapshot([a, b, c, d], [pending("j", 12, estimate_s=H)], multi_node=True)
+    chosen = {s.node_id: len(s.gpu_uuids) for s in launches(run("chronus", snap))["j"].shards}
+    assert chosen == {"a": 8, "c": 4}

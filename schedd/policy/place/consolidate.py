@@ -4,14 +4,19 @@ The node is chosen by best fit; on it, a job of g GPUs takes them inside one ali
 block of the next size up (GPUs 4-7 for a 4-GPU job, 6-7 for a 2-GPU one), the fullest
 such block first: its GPUs then share the closest links (a pair, a switch, a half of
 the node's NVLink mesh), and the node's other blocks stay whole for the next jobs.
-A job of more than 8 GPUs spans whole nodes as best fit spreads it.
+
+The rest, a gang larger than any node, is placed by local search (`_gang_nodes`):
+from best fit's spread (the emptiest nodes first, as few as can hold it), one node
+is swapped for another while that spans fewer racks, or leaves fewer free GPUs behind
+on the nodes it touches (so that a whole node stays whole: 12 GPUs take an 8 and a
+node with 4 free rather than two 8s), never more nodes.
 """
 
 from __future__ import annotations
 
 from schedd.policy.place import best_fit
-from schedd.policy.placement import NoFit, Placement, usable_for
-from schedd.policy.snapshot import PendingJob, Shard
+from schedd.policy.placement import NoFit, Placement, unshared_first, usable_for
+from schedd.policy.snapshot import Gpu, PendingJob, Shard
 from schedd.policy.view import View
 
 
@@ -27,8 +32,10 @@ def rounded(gpus: int) -> int:
 
 def place(job: PendingJob, view: View) -> Placement | NoFit:
     placed = best_fit.place(job, view)
-    if not isinstance(placed, Placement) or len(placed.shards) != 1:
+    if not isinstance(placed, Placement):
         return placed
+    if len(placed.shards) > 1:
+        return _gang(view, job, placed)
     node_id = placed.shards[0].node_id
     inside = _aligned(view, node_id, job)
     return Placement((Shard(node_id, inside),)) if inside is not None else placed
@@ -48,3 +55,49 @@ def _aligned(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | Non
         return None
     _, _, uuids = min(fitting)
     return tuple(uuids[:need])
+
+
+MAX_SWAPS = 64  # a bound on the search, far above what a gang of a few nodes needs
+
+
+def _gang(view: View, job: PendingJob, spread: Placement) -> Placement:
+    usable = {n: g for n in view.capacity if (g := view.usable_gpus(n, job))}
+    chosen = _gang_nodes(view, usable, [s.node_id for s in spread.shards], job.request.gpus)
+    need = job.request.gpus
+    shards = []
+    for node_id in sorted(chosen, key=lambda n: (-len(usable[n]), n)):
+        take = sorted(usable[node_id], key=unshared_first(view, node_id))[:need]
+        shards.append(Shard(node_id, tuple(g.uuid for g in take)))
+        need -= len(take)
+    return Placement(tuple(shards))
+
+
+def _gang_nodes(view: View, usable: dict[str, list[Gpu]], start: list[str], need: int) -> list[str]:
+    """Nodes for a gang of `need` GPUs: `start` improved by swapping one node at a time
+    for the best swap found, while one lowers (racks spanned, free GPUs left behind on
+    the chosen nodes); ties by node id, so the search is the same every time."""
+    labels = {n.node_id: n.labels for n in view.snapshot.nodes}
+
+    def cost(nodes: list[str]) -> tuple[int, int]:
+        racks = {labels[n].get("rack", n) for n in nodes}
+        return len(racks), sum(len(usable[n]) for n in nodes) - need
+
+    chosen = sorted(start)
+    best = cost(chosen)
+    for _ in range(MAX_SWAPS):
+        swap: tuple[tuple[int, int], list[str]] | None = None
+        have = sum(len(usable[n]) for n in chosen)
+        for i, out in enumerate(chosen):
+            for other in sorted(usable):
+                if other in chosen:
+                    continue
+                if have - len(usable[out]) + len(usable[other]) < need:
+                    continue
+                trial = sorted([*chosen[:i], other, *chosen[i + 1 :]])
+                c = cost(trial)
+                if c < best and (swap is None or (c, trial) < swap):
+                    swap = (c, trial)
+        if swap is None:
+            break
+        best, chosen = swap
+    return chosen
