@@ -1,8 +1,8 @@
 """Instructions of one plan on the planning benchmark's snapshots, counted by callgrind.
 
-A cycle's time on a shared VM moves by 20% from one hour to the next; the count of
-instructions the interpreter runs for one `plan()` call moves by less than 0.5% from
-one run to the next, so two commits compare by it on any machine. Needs valgrind.
+A cycle's time on a shared VM moves by a fifth and more from one hour to the next; the
+count of instructions the interpreter runs for one `plan()` call came out the same run
+after run, so two commits compare by it on any machine. Needs valgrind.
 Each case runs in its own `valgrind --tool=callgrind` child with PYTHONHASHSEED=0 that
 builds the snapshot of `bench/planning_speed.py` (for the backlog cases, with the jobs
 the plan before made opportunistic turned so), and counts only inside the plan call:

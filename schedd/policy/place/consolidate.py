@@ -15,8 +15,8 @@ node with 4 free rather than two 8s), never more nodes.
 from __future__ import annotations
 
 from schedd.policy.place import best_fit
-from schedd.policy.placement import NoFit, Placement, unshared_first, usable_for
-from schedd.policy.snapshot import Gpu, PendingJob, Shard
+from schedd.policy.placement import NoFit, Placement, spread, usable_for
+from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
 
 
@@ -60,38 +60,33 @@ def _aligned(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | Non
 MAX_SWAPS = 64  # a bound on the search, far above what a gang of a few nodes needs
 
 
-def _gang(view: View, job: PendingJob, spread: Placement) -> Placement:
-    usable = {n: g for n in view.capacity if (g := view.usable_gpus(n, job))}
-    chosen = _gang_nodes(view, usable, [s.node_id for s in spread.shards], job.request.gpus)
-    need = job.request.gpus
-    shards = []
-    for node_id in sorted(chosen, key=lambda n: (-len(usable[n]), n)):
-        take = sorted(usable[node_id], key=unshared_first(view, node_id))[:need]
-        shards.append(Shard(node_id, tuple(g.uuid for g in take)))
-        need -= len(take)
-    return Placement(tuple(shards))
+def _gang(view: View, job: PendingJob, start: Placement) -> Placement:
+    usable = {n: len(g) for n in view.capacity if (g := view.usable_gpus(n, job))}
+    chosen = _gang_nodes(view, usable, [s.node_id for s in start.shards], job.request.gpus)
+    placed = spread(view, job, chosen)  # the chosen nodes hold the gang: never None
+    assert placed is not None
+    return placed
 
 
-def _gang_nodes(view: View, usable: dict[str, list[Gpu]], start: list[str], need: int) -> list[str]:
-    """Nodes for a gang of `need` GPUs: `start` improved by swapping one node at a time
-    for the best swap found, while one lowers (racks spanned, free GPUs left behind on
-    the chosen nodes); ties by node id, so the search is the same every time."""
-    labels = {n.node_id: n.labels for n in view.snapshot.nodes}
+def _gang_nodes(view: View, usable: dict[str, int], start: list[str], need: int) -> list[str]:
+    """Nodes for a gang of `need` GPUs (`usable`: free GPUs it may take, by node):
+    `start` improved by swapping one node at a time for the best swap found, while one
+    lowers (racks spanned, free GPUs left behind on the chosen nodes); ties by node id,
+    so the search is the same every time."""
 
     def cost(nodes: list[str]) -> tuple[int, int]:
-        racks = {labels[n].get("rack", n) for n in nodes}
-        return len(racks), sum(len(usable[n]) for n in nodes) - need
+        racks = {view.capacity[n].node.labels.get("rack", n) for n in nodes}
+        return len(racks), sum(usable[n] for n in nodes) - need
 
+    others = sorted(usable)
     chosen = sorted(start)
     best = cost(chosen)
     for _ in range(MAX_SWAPS):
         swap: tuple[tuple[int, int], list[str]] | None = None
-        have = sum(len(usable[n]) for n in chosen)
+        have = sum(usable[n] for n in chosen)
         for i, out in enumerate(chosen):
-            for other in sorted(usable):
-                if other in chosen:
-                    continue
-                if have - len(usable[out]) + len(usable[other]) < need:
+            for other in others:
+                if other in chosen or have - usable[out] + usable[other] < need:
                     continue
                 trial = sorted([*chosen[:i], other, *chosen[i + 1 :]])
                 c = cost(trial)
