@@ -34,6 +34,8 @@ steps() {
             echo "estimates_${order}_$estimates|$SCHEDCTL sim --trace $mix2 --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --policy $order --estimates $estimates"
         done
     done
+    # The five profiles the seed systems' issue names, side by side under one model.
+    echo "seed_itp|$PY bench/seed_policies.py --trace-dir $t --profiles gandiva,antman,liquid,tiresias,default --locality 0.8 --rack-size 4 --cross-rack 0.8 --gpu-util 10-100 --plot $o/img/seed_itp"
     echo "liquid_itp|$PY bench/seed_policies.py --trace-dir $t --profiles liquid,liquid@best_fit,tiresias,default-guaranteed,default --locality 0.8 --rack-size 4 --cross-rack 0.8"
     # AntMan and Gandiva on the ITP traces, grow/shrink, Gandiva's mechanisms on the default's order.
     echo "antman_itp|$PY bench/seed_policies.py --trace-dir $t --profiles antman,drf,tiresias,default-guaranteed,default-guaranteed+opportunistic --gpu-util 10-100"

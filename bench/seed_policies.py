@@ -20,12 +20,13 @@ sim/sharing.py), which places opportunistic jobs and gives the utilisation colum
 sim/elastic.py), for Gandiva's grow/shrink.
 `--traces`
 chooses the ITP traces, chronus/philly_MIX2.csv (on 120x8, with its model_info.json),
-or both.
+or both. `--plot DIR` writes each trace's JCT CDF and GPU allocation over time, one
+line per profile, under DIR/<trace>/.
 
     .venv/bin/python bench/seed_policies.py [--trace-dir DIR] [--jobs 2]
         [--profiles liquid,liquid@best_fit,tiresias,default] [--clusters cluster01]
         [--locality 0.8] [--rack-size 4] [--cross-rack 0.8] [--traces itp,mix2]
-        [--gpu-util 10-100] [--elastic 0.5]
+        [--gpu-util 10-100] [--elastic 0.5] [--plot DIR]
 
 Figures only: nothing here asserts.
 """
@@ -49,7 +50,9 @@ from schedd.policy.profiles import BUILTIN
 from schedd.sim.elastic import check_fraction
 from schedd.sim.engine import SimOptions, Simulation
 from schedd.sim.locality import LocalityModel, load_table
-from schedd.sim.metrics import summarize
+from schedd.sim.metrics import Summary, summarize
+from schedd.sim.outcome import SimResult
+from schedd.sim.plots import write_plots
 from schedd.sim.shape import parse_shape
 from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
 from schedd.sim.traces import read_trace
@@ -81,7 +84,10 @@ def replay(
     cross_rack: float,
     sharing: SharingModel,
     elastic: float = 0.0,
-) -> str:
+    keep: bool = False,
+) -> tuple[str, tuple[SimResult, Summary] | None]:
+    """One replay's Markdown row, and with `keep` its result for the plots (sent back
+    from the worker only then: a large trace's result is megabytes)."""
     if path.name == MIX2:
         trace = read_trace(path, "chronus")
         shape = dataclasses.replace(parse_shape("120x8"), nodes_per_rack=rack_size)
@@ -109,7 +115,7 @@ def replay(
         " / ".join(f"{n:,}" for n in (s.suspensions, s.migrations, s.resizes, s.packs)),
         f"{result.wall_s:.0f}",
     ]
-    return "| " + " | ".join(cells) + " |"
+    return "| " + " | ".join(cells) + " |", ((result, s) if keep else None)
 
 
 def main() -> None:
@@ -126,6 +132,7 @@ def main() -> None:
     parser.add_argument(
         "--elastic", type=float, default=0.0, help="share of multi-GPU jobs made elastic (0-1)"
     )
+    parser.add_argument("--plot", help="directory for each trace's plots")
     args = parser.parse_args()
     try:
         check_fraction(args.elastic)
@@ -162,13 +169,28 @@ def main() -> None:
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
             pool.submit(
-                replay, p, n, args.locality, args.rack_size, args.cross_rack, sharing, args.elastic
+                replay,
+                p,
+                n,
+                args.locality,
+                args.rack_size,
+                args.cross_rack,
+                sharing,
+                args.elastic,
+                args.plot is not None,
             )
             for p in paths
             for n in names
         ]
-        for future in futures:
-            print(future.result(), flush=True)
+        runs: list[tuple[SimResult, Summary]] = []
+        for i, future in enumerate(futures):
+            row, run = future.result()
+            print(row, flush=True)
+            if run is not None:
+                runs.append(run)
+            if args.plot and (i + 1) % len(names) == 0:  # the trace's last profile
+                write_plots(runs, Path(args.plot) / paths[i // len(names)].stem, "min")
+                runs = []
 
 
 if __name__ == "__main__":
