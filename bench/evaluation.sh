@@ -42,6 +42,7 @@ steps() {
     echo "gandiva_itp|$PY bench/seed_policies.py --trace-dir $t --profiles gandiva,liquid@topology --gpu-util 10-100"
     echo "elastic_gandiva|$PY bench/seed_policies.py --trace-dir $t --elastic 0.5 --profiles gandiva --clusters $elastic_six --jobs 1 --gpu-util 10-100"
     echo "elastic_default_gandiva|$PY bench/seed_policies.py --trace-dir $t --elastic 0.5 --profiles default-gandiva --clusters $elastic_six --jobs 1 --gpu-util 10-100"
+    echo "elastic_other_four|$PY bench/seed_policies.py --trace-dir $t --elastic 0.5 --profiles gandiva,default-gandiva --clusters cluster04,cluster07,cluster08,cluster09 --jobs 2 --gpu-util 10-100"
     echo "default_gandiva_itp|$PY bench/seed_policies.py --trace-dir $t --profiles default-gandiva,default-guaranteed --jobs 1 --gpu-util 10-100"
     # The default against fifo and tiresias on every ITP trace (docs/simulator.md).
     echo "itp_compare|$PY bench/itp_compare.py --trace-dir $t --plot $o/img/itp"

@@ -56,6 +56,8 @@ class Decision:
 
 
 _KEPT = Decision(True, "guarantee kept: it still fits beside the others")
+# Unchanged, so never sent: the reason given with the first refusal stands.
+_REFUSED_AGAIN = Decision(False, "still refused: guaranteed jobs leave too little")
 
 
 def decide(
@@ -99,6 +101,33 @@ def decide(
         if job.committed:
             words = f"guarantee withdrawn: the cluster can no longer meet it ({words})"
         out[job.job_id] = Decision(False, words)
+    return out
+
+
+def decide_again(
+    kept: Sequence[DeadlineJob],
+    refused: Sequence[DeadlineJob],
+    capacity_gpus: int,
+    now: float,
+    efficiency: float,
+) -> dict[str, Decision]:
+    """Jobs refused before, each guaranteed now if it fits beside `kept` (the guarantees
+    that stand after this decision) by every deadline's demand bound, in the order
+    given; a greedy pass, not the program, so that asking again costs a decision
+    nothing when, as mostly, the room has not come."""
+    if not refused:
+        return {}
+    jobs = [*kept, *refused]
+    due, demand = _demand(*_columns(jobs), now)
+    rate = efficiency * capacity_gpus
+    slack = rate * (due - now) - demand[: len(kept)].sum(axis=0)
+    out = {}
+    for i, job in enumerate(refused, start=len(kept)):
+        if np.all(slack >= demand[i] - 1e-6):
+            slack -= demand[i]
+            out[job.job_id] = _guaranteed(job, now)
+        else:
+            out[job.job_id] = _REFUSED_AGAIN
     return out
 
 

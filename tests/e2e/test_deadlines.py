@@ -1,5 +1,6 @@
 """Chronus live: a deadline answered at submission, a guaranteed job preempting a
-best-effort one to start, and deadlines refused with the reason, through curl."""
+best-effort one to start, deadlines refused with the reason, and a refused one
+guaranteed at the next decision once room has come, through curl."""
 
 from __future__ import annotations
 
@@ -78,3 +79,18 @@ def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> 
         "deadline guaranteed",
         "deadline not guaranteed",
     }
+
+    # The guarantee that crowded `c` out is cancelled; at the next decision (another
+    # deadline arrives) `c` is guaranteed, and the hopeless job is still refused.
+    assert cluster.curl("POST", f"/v1/jobs/{guaranteed}/cancel", alice).status == 202
+    cluster.wait_state(alice, guaranteed, "cancelled")
+    later = cluster.curl(
+        "POST", "/v1/jobs", alice,
+        {"name": "e", "script": "sleep 300", "gpus": 1, "estimated_runtime_s": 60,
+         "deadline": in_minutes(30)},
+    )  # fmt: skip
+    assert later.body["deadline"]["guaranteed"] is True, later.body
+    again = cluster.job(alice, squeezed.body["id"])["deadline"]
+    assert again["guaranteed"] is True, again
+    assert again["reason"].startswith("guaranteed: 0.2 GPU-h fit")
+    assert cluster.job(alice, hopeless.body["id"])["deadline"] == refused

@@ -90,6 +90,16 @@ def test_a_guarantee_the_cluster_can_no_longer_keep_is_withdrawn() -> None:
     assert decision.reason == "guarantee withdrawn: asks for 8 GPUs; the cluster has 4"
 
 
+def test_refused_jobs_asked_again_fill_what_the_guarantees_leave_earliest_first() -> None:
+    kept = [slo(job_id="kept", gpus=4, remaining_s=H, deadline=2 * H, committed=True)]
+    # By 2 h: 0.9 x 8 GPUs x 2 h = 14.4 GPU-h, 4 kept; 8 more fit once, not twice.
+    late = slo(job_id="late", gpus=8, remaining_s=H, deadline=2 * H + 60)
+    early = slo(job_id="early", gpus=8, remaining_s=H, deadline=2 * H)
+    answers = deadline_admission.decide_again(kept, [early, late], 8, 0.0, 0.9)
+    assert {j: d.admitted for j, d in answers.items()} == {"early": True, "late": False}
+    assert answers["early"].reason.startswith("guaranteed: 8.0 GPU-h fit")
+
+
 def test_efficiency_keeps_room_for_fragmentation() -> None:
     job = slo(gpus=8, remaining_s=H, deadline=H)
     assert decide([job], 8, 0.0, 1.0)["j"].admitted
@@ -193,6 +203,37 @@ def test_a_new_deadline_is_decided_once_and_the_answer_goes_out_as_an_action(
     assert decisions(plan) == {"ok": True, "late": False}
     decided = [with_deadline(ok, 2 * H, True), with_deadline(late, 2 * H, False)]
     assert decisions(run(profile, snapshot([n], decided))) == {}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("profile", ["chronus", "default-deadlines"])
+@pytest.mark.parametrize("held", [True, False], ids=["still-held", "room-came"])
+def test_a_refused_deadline_is_decided_again_at_the_next_arrival(profile: str, held: bool) -> None:
+    n = node("a", 8)
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
+    newcomer = with_deadline(pending("new", 1, estimate_s=H), 6 * H)
+    # A guarantee of 8 GPUs for 1.5 h before 2 h leaves too little for `refused`;
+    # once it has gone (ended early, or cancelled) the room is there.
+    holder = with_deadline(pending("holder", 8, estimate_s=1.5 * H), 2 * H, True)
+    jobs = [holder, refused, newcomer] if held else [refused, newcomer]
+    plan = run(profile, snapshot([n], jobs))  # type: ignore[arg-type]
+    assert decisions(plan) == ({"new": True} if held else {"new": True, "refused": True})
+    guaranteed = next(a for a in plan.actions if isinstance(a, AdmitDeadline) and a.admitted)
+    assert "guaranteed" in guaranteed.reason
+
+
+def test_a_refused_deadline_running_as_best_effort_is_decided_again_too() -> None:
+    n = node("a", 8)
+    running = placed("refused", n, list(range(8)), started_at=0.0, estimate_s=H)
+    running = with_deadline(running, 2 * H, False)
+    newcomer = with_deadline(pending("new", 1, estimate_s=H), 6 * H)
+    plan = run("chronus", snapshot([n], [newcomer], [running]), now=600.0)  # type: ignore[list-item]
+    assert decisions(plan) == {"new": True, "refused": True}
+
+
+def test_a_refused_deadline_waits_for_an_arrival_to_be_decided_again() -> None:
+    n = node("a", 8)
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
+    assert decisions(run("chronus", snapshot([n], [refused]))) == {}  # type: ignore[list-item]
 
 
 def test_urgent_guarantees_go_first_then_shortest_remaining_time() -> None:

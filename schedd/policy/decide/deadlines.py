@@ -1,10 +1,15 @@
-"""Which deadlines are guaranteed (Chronus's admission), decided once per job.
+"""Which deadlines are guaranteed (Chronus's admission), decided at each arrival.
 
 Every pending job with a deadline and no answer yet is decided together with the jobs
 already guaranteed, by `deadline_admission` (a MILP); the answers go out as
 `AdmitDeadline` actions for the shell to record, and into the view for this cycle's
-order and make-room plugins (`admitted`). With no job waiting for an answer nothing is
-solved: guarantees stand until the next decision.
+order and make-room plugins (`admitted`). A job refused earlier (or whose guarantee was
+withdrawn), waiting or running as best-effort, that could still finish in time alone
+is decided again after the newcomers, earliest deadline first, in what the guarantees
+then standing leave (room its refusal lacked may have come since: a guaranteed job
+ended early, or was cancelled), as Chronus decides again each lease; a greedy pass,
+not the program, so that asking again costs little. With no job waiting for an answer
+nothing is solved: guarantees and refusals stand until the next decision.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from schedd.policy.actions import Action, AdmitDeadline
-from schedd.policy.deadline_admission import DeadlineJob
+from schedd.policy.deadline_admission import DeadlineJob, decide_again
 from schedd.policy.deadline_admission import decide as solve
 from schedd.policy.kept import Kept
 from schedd.policy.snapshot import PendingJob, PlacedJob
@@ -45,9 +50,10 @@ def admitted(job: PendingJob | PlacedJob, view: View) -> bool:
 
 def decide(view: View) -> list[Action]:
     snapshot = view.snapshot
+    most = view.settings.deadline_decisions
     undecided = [
         j for j in snapshot.pending if j.deadline is not None and j.deadline_admitted is None
-    ][: view.settings.deadline_decisions]
+    ][:most]
     if not undecided:
         return []
     committed: list[PendingJob | PlacedJob] = [
@@ -56,16 +62,41 @@ def decide(view: View) -> list[Action]:
     ]
     jobs = _deadline_jobs(committed, view, committed=True)
     jobs += _deadline_jobs(undecided, view, committed=False)
-    decisions = solve(jobs, view.total.gpus, view.now, view.settings.deadline_efficiency)
+    gpus, now, efficiency = view.total.gpus, view.now, view.settings.deadline_efficiency
+    decisions = solve(jobs, gpus, now, efficiency)
+    again = _refused_in_reach(view)[: most - len(undecided)]
+    if again:
+        kept = [j for j in jobs if decisions[j.job_id].admitted]
+        refused = _deadline_jobs(again, view, committed=False)
+        decisions.update(decide_again(kept, refused, gpus, now, efficiency))
     actions: list[Action] = []
     record: dict[str, bool] = {}
-    for job in (*committed, *undecided):
+    for job in (*committed, *undecided, *again):
         decision = decisions[job.job_id]
         if decision.admitted != job.deadline_admitted:
             actions.append(AdmitDeadline(job.job_id, decision.admitted, decision.reason))
             record[job.job_id] = decision.admitted
     view.memo[_KEY] = record
     return actions
+
+
+def _refused_in_reach(view: View) -> list[PendingJob | PlacedJob]:
+    """Jobs refused a guarantee, waiting or running as best-effort, that could still
+    finish in time alone, the earliest deadline first (the program would refuse the
+    others again at once)."""
+    now, cluster = view.now, view.total.gpus
+    found: list[PendingJob | PlacedJob] = [
+        j
+        for jobs in (view.snapshot.pending, view.snapshot.placed)
+        for j in jobs
+        if j.deadline_admitted is False
+        and j.deadline is not None
+        and j.estimate_s is not None
+        and j.request.gpus <= cluster
+        and view.remaining(j) <= j.deadline - now
+    ]
+    found.sort(key=lambda j: (j.deadline, j.job_id))
+    return found
 
 
 def _deadline_jobs(
