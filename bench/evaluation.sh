@@ -13,7 +13,10 @@ PY=.venv/bin/python
 SCHEDCTL=.venv/bin/schedctl
 
 steps() {
-    local t=$1 o=$2
+    # Quoted for the shell that runs each command, so that a path may hold spaces.
+    local t o
+    t=$(printf %q "$1")
+    o=$(printf %q "$2")
     local mix2=$t/chronus/philly_MIX2.csv
     local elastic_six=cluster01,cluster02,cluster03,cluster05,cluster06,cluster10
     # Chronus on MIX2 (with the default and the default before it beside the peers).
@@ -68,6 +71,6 @@ while IFS='|' read -r name command; do
     started=
     echo "== $name: $command"
     start=$(date +%s)
-    $command >"$out/$name.txt" 2>&1 || { echo "   failed: see $out/$name.txt" >&2; exit 1; }
+    eval "$command" >"$out/$name.txt" 2>&1 || { echo "   failed: see $out/$name.txt" >&2; exit 1; }
     echo "   $(($(date +%s) - start)) s, figures in $out/$name.txt"
 done < <(steps "$traces" "$out")
