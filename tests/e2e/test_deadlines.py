@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_until
+from tests.e2e.cluster import Cluster, Response, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +22,14 @@ min_run_s = 0
 
 def in_minutes(minutes: float) -> str:
     return (datetime.now(UTC) + timedelta(minutes=minutes)).isoformat()
+
+
+def with_deadline(
+    cluster: Cluster, token: str, name: str, gpus: int, runtime_s: float, script: str = "sleep 300"
+) -> Response:
+    """POST a job due in 30 minutes; the response, with the deadline's answer."""
+    spec = {"name": name, "script": script, "gpus": gpus, "estimated_runtime_s": runtime_s}
+    return cluster.curl("POST", "/v1/jobs", token, {**spec, "deadline": in_minutes(30)})
 
 
 def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> None:
@@ -49,20 +57,12 @@ def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> 
     cluster.wait_state(alice, best_effort, "pending")
 
     # 10 more GPU-minutes by the same time do not fit beside the guarantee.
-    squeezed = cluster.curl(
-        "POST", "/v1/jobs", alice,
-        {"name": "c", "script": "sleep 300", "gpus": 1, "estimated_runtime_s": 600,
-         "deadline": in_minutes(30)},
-    )  # fmt: skip
+    squeezed = with_deadline(cluster, alice, "c", gpus=1, runtime_s=600)
     assert squeezed.body["deadline"]["guaranteed"] is False, squeezed.body
     assert "guaranteed jobs leave" in squeezed.body["deadline"]["reason"]
 
     # A job that could not make it even alone is told so.
-    hopeless = cluster.curl(
-        "POST", "/v1/jobs", alice,
-        {"name": "d", "script": "true", "gpus": 1, "estimated_runtime_s": 7200,
-         "deadline": in_minutes(30)},
-    )  # fmt: skip
+    hopeless = with_deadline(cluster, alice, "d", gpus=1, runtime_s=7200, script="true")
     refused = hopeless.body["deadline"]
     assert refused["guaranteed"] is False
     assert refused["reason"].startswith("cannot finish in time even alone: needs 120 min")
@@ -84,11 +84,7 @@ def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> 
     # deadline arrives) `c` is guaranteed, and the hopeless job is still refused.
     assert cluster.curl("POST", f"/v1/jobs/{guaranteed}/cancel", alice).status == 202
     cluster.wait_state(alice, guaranteed, "cancelled")
-    later = cluster.curl(
-        "POST", "/v1/jobs", alice,
-        {"name": "e", "script": "sleep 300", "gpus": 1, "estimated_runtime_s": 60,
-         "deadline": in_minutes(30)},
-    )  # fmt: skip
+    later = with_deadline(cluster, alice, "e", gpus=1, runtime_s=60)
     assert later.body["deadline"]["guaranteed"] is True, later.body
     again = cluster.job(alice, squeezed.body["id"])["deadline"]
     assert again["guaranteed"] is True, again
