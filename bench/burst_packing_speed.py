@@ -4,8 +4,11 @@ The GA (`schedd/policy/place/grouping_ga.py`) is bounded by work, not by a clock
 that a replay places alike on any machine; this prints what that bound costs in time.
 `place.network` hands it at most `batch_max_jobs` (64) jobs and at most four nodes per
 job, so a burst of 64 jobs over 256 partly used 8-GPU nodes is the most it is ever
-given. Each case is timed with the default budget (20 generations of 8, stopping after
-5 without progress) and with the stall rule off, every generation run: the worst case.
+given. Each case passes that cap of nodes, fullest first: an upper bound, since the
+plan passes fewer where the nodes' free GPUs hold twice the burst sooner (and orders
+them by rack too, and leaves out nodes too full for the smallest job). Each case is
+timed with the default budget (20 generations of 8, stopping after 5 without progress)
+and with the stall rule off, every generation run: the worst case.
 Median and maximum over `--runs` seeds; job sizes drawn from 1, 2, 4, 8 (what divides a
 node) or from 1 to 8 (what strands GPUs one by one), free GPUs per node from 1 to 8.
 

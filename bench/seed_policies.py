@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -167,7 +168,8 @@ def main() -> None:
     )
     print("|" + " --- |" * 13)
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [
+        # Taken off as they are read, so that no result is kept beyond its trace's plots.
+        futures = deque(
             pool.submit(
                 replay,
                 p,
@@ -177,14 +179,14 @@ def main() -> None:
                 args.cross_rack,
                 sharing,
                 args.elastic,
-                args.plot is not None,
+                bool(args.plot),
             )
             for p in paths
             for n in names
-        ]
+        )
         runs: list[tuple[SimResult, Summary]] = []
-        for i, future in enumerate(futures):
-            row, run = future.result()
+        for i in range(len(futures)):
+            row, run = futures.popleft().result()
             print(row, flush=True)
             if run is not None:
                 runs.append(run)

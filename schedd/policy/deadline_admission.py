@@ -114,15 +114,25 @@ def decide_again(
     """Jobs refused before, each guaranteed now if it fits beside `kept` (the guarantees
     that stand after this decision) by every deadline's demand bound, in the order
     given; a greedy pass, not the program, so that asking again costs a decision
-    nothing when, as mostly, the room has not come."""
-    if not refused:
-        return {}
-    jobs = [*kept, *refused]
+    little when, as mostly, the room has not come. Above `MAX_ROWS` distinct deadlines
+    its checkpoints are not the program's: stricter, never looser."""
+    out: dict[str, Decision] = {}
+    able = []
+    for job in refused:
+        why = _alone(job, capacity_gpus, now)
+        if why is None and job.remaining_s is not None and job.remaining_s <= 0:
+            why = "past its run-time estimate: nothing left by it to guarantee"
+        if why is None:
+            able.append(job)
+        else:
+            out[job.job_id] = Decision(False, why)
+    if not able:
+        return out
+    jobs = [*kept, *able]
     due, demand = _demand(*_columns(jobs), now)
     rate = efficiency * capacity_gpus
     slack = rate * (due - now) - demand[: len(kept)].sum(axis=0)
-    out = {}
-    for i, job in enumerate(refused, start=len(kept)):
+    for i, job in enumerate(able, start=len(kept)):
         if np.all(slack >= demand[i] - 1e-6):
             slack -= demand[i]
             out[job.job_id] = _guaranteed(job, now)

@@ -35,8 +35,9 @@ class Settings:
     # jobs starve; a small job finds GPUs soon enough without holding any).
     reserve_min_gpus: int = 1
     # Deadlines (Chronus): the share of the cluster's GPU-seconds that guaranteed jobs
-    # may count on (gangs never fill every GPU), and how many undecided jobs with a
-    # deadline one cycle decides (oldest first; the rest in the next cycles).
+    # may count on (gangs never fill every GPU), and how many jobs with a deadline one
+    # cycle decides: undecided ones first, oldest first (the rest in the next cycles),
+    # then refused ones asked again, earliest deadline first.
     deadline_efficiency: float = 0.9
     deadline_decisions: int = 256
     # A guaranteed job with less slack than this (deadline - now - remaining run time)

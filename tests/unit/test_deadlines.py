@@ -100,6 +100,32 @@ def test_refused_jobs_asked_again_fill_what_the_guarantees_leave_earliest_first(
     assert answers["early"].reason.startswith("guaranteed: 8.0 GPU-h fit")
 
 
+@pytest.mark.parametrize(("efficiency", "late_too"), [(0.9, False), (1.0, True)])
+def test_refused_jobs_asked_again_fit_the_cluster_at_its_efficiency(
+    efficiency: float, late_too: bool
+) -> None:
+    # By 2 h: 8 + 7.9 GPU-h against 14.4 at 0.9, 16 at 1.0.
+    early = slo(job_id="early", gpus=8, remaining_s=H, deadline=2 * H)
+    late = slo(job_id="late", gpus=8, remaining_s=H, deadline=2 * H + 60)
+    answers = deadline_admission.decide_again([], [early, late], 8, 0.0, efficiency)
+    assert {j: d.admitted for j, d in answers.items()} == {"early": True, "late": late_too}
+
+
+@pytest.mark.parametrize(
+    ("job", "words"),
+    [
+        (slo(remaining_s=2 * H, deadline=H), "cannot finish in time even alone"),
+        (slo(gpus=16), "asks for 16 GPUs; the cluster has 8"),
+        (slo(remaining_s=0.0), "past its run-time estimate"),
+    ],
+)
+def test_a_refused_job_that_cannot_make_it_is_not_guaranteed_when_asked_again(
+    job: DeadlineJob, words: str
+) -> None:
+    answer = deadline_admission.decide_again([], [job], 8, 0.0, 0.9)["j"]
+    assert not answer.admitted and words in answer.reason
+
+
 def test_efficiency_keeps_room_for_fragmentation() -> None:
     job = slo(gpus=8, remaining_s=H, deadline=H)
     assert decide([job], 8, 0.0, 1.0)["j"].admitted
@@ -228,6 +254,73 @@ def test_a_refused_deadline_running_as_best_effort_is_decided_again_too() -> Non
     newcomer = with_deadline(pending("new", 1, estimate_s=H), 6 * H)
     plan = run("chronus", snapshot([n], [newcomer], [running]), now=600.0)  # type: ignore[list-item]
     assert decisions(plan) == {"new": True, "refused": True}
+
+
+def tiny_newcomer() -> object:
+    return with_deadline(pending("new", 1, estimate_s=60.0), 6 * H)
+
+
+def test_newcomers_are_decided_before_refused_jobs_asked_again() -> None:
+    n = node("a", 8)
+    # 8 GPU-h each by 2 h against 0.9 x 8 x 2 = 14.4: one fits, the newcomer.
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
+    newcomer = with_deadline(pending("new", 8, estimate_s=H), 2 * H)
+    plan = run("chronus", snapshot([n], [refused, newcomer]))  # type: ignore[list-item]
+    assert decisions(plan) == {"new": True}
+
+
+def test_refused_jobs_asked_again_go_earliest_deadline_first() -> None:
+    n = node("a", 8)
+    later = with_deadline(pending("later", 8, estimate_s=H), 2 * H + 60, False)
+    sooner = with_deadline(pending("sooner", 8, estimate_s=H), 2 * H, False)
+    jobs = [later, sooner, tiny_newcomer()]
+    plan = run("chronus", snapshot([n], jobs))  # type: ignore[arg-type]
+    assert decisions(plan) == {"new": True, "sooner": True}
+
+
+def test_refused_jobs_are_asked_again_only_within_the_cycles_budget() -> None:
+    n = node("a", 8)
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
+    plan = run("chronus", snapshot([n], [refused, tiny_newcomer()]), deadline_decisions=1)  # type: ignore[list-item]
+    assert decisions(plan) == {"new": True}
+
+
+def test_a_refused_job_out_of_reach_takes_no_place_in_the_budget() -> None:
+    n = node("a", 8)
+    hopeless = with_deadline(pending("hopeless", 1, estimate_s=2 * H), H, False)
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
+    jobs = [hopeless, refused, tiny_newcomer()]
+    plan = run("chronus", snapshot([n], jobs), deadline_decisions=2)  # type: ignore[arg-type]
+    assert decisions(plan) == {"new": True, "refused": True}
+
+
+def test_two_newcomers_that_do_not_both_fit_are_decided_once_each() -> None:
+    n = node("a", 8)
+    a = with_deadline(pending("a", 8, estimate_s=H), 2 * H)
+    b = with_deadline(pending("b", 8, estimate_s=H), 2 * H)
+    plan = run("chronus", snapshot([n], [a, b]))  # type: ignore[list-item]
+    answers = [x for x in plan.actions if isinstance(x, AdmitDeadline)]
+    assert sorted(x.admitted for x in answers) == [False, True]
+
+
+def test_a_refused_job_past_its_estimate_is_not_guaranteed_again() -> None:
+    n = node("a", 8)
+    over = placed("over", n, list(range(8)), started_at=0.0, estimate_s=H, attained_s=12 * H)
+    over = with_deadline(over, 3 * H, False)
+    plan = run("chronus", snapshot([n], [tiny_newcomer()], [over]), now=1.5 * H)  # type: ignore[list-item]
+    assert decisions(plan) == {"new": True}
+
+
+def test_a_job_guaranteed_again_and_urgent_preempts_in_the_same_plan() -> None:
+    n = node("a", 8)
+    now = H
+    best_effort = placed("be", n, list(range(8)), started_at=0.0, estimate_s=10 * H)
+    # 30 minutes of slack: urgent once guaranteed; 8 GPU-h fit 0.9 x 8 x 1.5 h.
+    refused = with_deadline(pending("r", 8, estimate_s=H), now + 1.5 * H, False)
+    newcomer = with_deadline(pending("new", 1, estimate_s=60.0), now + 6 * H)
+    plan = run("chronus", snapshot([n], [refused, newcomer], [best_effort]), now=now)  # type: ignore[list-item]
+    assert decisions(plan) == {"new": True, "r": True}
+    assert preempted(plan) == {"be"}
 
 
 def test_a_refused_deadline_waits_for_an_arrival_to_be_decided_again() -> None:

@@ -7,9 +7,11 @@ order and make-room plugins (`admitted`). A job refused earlier (or whose guaran
 withdrawn), waiting or running as best-effort, that could still finish in time alone
 is decided again after the newcomers, earliest deadline first, in what the guarantees
 then standing leave (room its refusal lacked may have come since: a guaranteed job
-ended early, or was cancelled), as Chronus decides again each lease; a greedy pass,
-not the program, so that asking again costs little. With no job waiting for an answer
-nothing is solved: guarantees and refusals stand until the next decision.
+ended early, or was cancelled). Chronus decides again each lease; this, at each
+arrival of a job with a deadline. A greedy pass, not the program, so that asking again
+costs little; re-decisions share `deadline_decisions` with the newcomers, who come
+first. With no job waiting for an answer nothing is solved: guarantees and refusals
+stand until the next decision.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ def decide(view: View) -> list[Action]:
 
 def _refused_in_reach(view: View) -> list[PendingJob | PlacedJob]:
     """Jobs refused a guarantee, waiting or running as best-effort, that could still
-    finish in time alone, the earliest deadline first (the program would refuse the
-    others again at once)."""
+    finish in time alone by an estimate they have not outrun, the earliest deadline
+    first (`decide_again` would refuse the others again at once)."""
     now, cluster = view.now, view.total.gpus
     found: list[PendingJob | PlacedJob] = [
         j
@@ -93,7 +95,8 @@ def _refused_in_reach(view: View) -> list[PendingJob | PlacedJob]:
         and j.deadline is not None
         and j.estimate_s is not None
         and j.request.gpus <= cluster
-        and view.remaining(j) <= j.deadline - now
+        # Past its estimate a job has nothing left by it: nothing to guarantee with.
+        and 0.0 < view.remaining(j) <= j.deadline - now
     ]
     found.sort(key=lambda j: (j.deadline, j.job_id))
     return found
