@@ -119,9 +119,7 @@ def decide_again(
     out: dict[str, Decision] = {}
     able = []
     for job in refused:
-        why = _alone(job, capacity_gpus, now)
-        if why is None and job.remaining_s is not None and job.remaining_s <= 0:
-            why = "past its run-time estimate: nothing left by it to guarantee"
+        why = out_of_reach(job, capacity_gpus, now)
         if why is None:
             able.append(job)
         else:
@@ -139,6 +137,15 @@ def decide_again(
         else:
             out[job.job_id] = _REFUSED_AGAIN
     return out
+
+
+def out_of_reach(job: DeadlineJob, capacity_gpus: int, now: float) -> str | None:
+    """Why a job refused before cannot be guaranteed now, whatever the others hold: it
+    could not make it alone, or has outrun its estimate (nothing left by it to count)."""
+    why = _alone(job, capacity_gpus, now)
+    if why is None and job.remaining_s is not None and job.remaining_s <= 0:
+        why = "past its run-time estimate: nothing left by it to guarantee"
+    return why
 
 
 def _all_fit(

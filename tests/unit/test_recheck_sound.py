@@ -142,6 +142,25 @@ def test_no_preemption_comes_before_the_recheck_time(
     assume(_check(snap, name, min_run_s, share))
 
 
+def _running(job_id: str, on: Node, gpu: int, queue: str, attained: float) -> PlacedJob:
+    """A 1-GPU job that started at NOW, its service counted from then."""
+    job = placed(job_id, on, [gpu], queue=queue, started_at=NOW, attained_s=attained)
+    return dataclasses.replace(job, attained_as_of=NOW)
+
+
+def _two_queues(
+    nodes: tuple[Node, ...], running: tuple[PlacedJob, ...], waiting: tuple[PendingJob, ...]
+) -> Snapshot:
+    """Queues a and b without guarantees; every finished job took 5 s."""
+    return Snapshot(
+        nodes,
+        running,
+        waiting,
+        queues=tuple(QueueSpec(q, guarantee=Resources(gpus=0)) for q in QUEUES),
+        service_history=ServiceHistory.of([5.0] * 40),
+    )
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="known, not fixed: the first plan's launch ties two queues' fair shares, and"
@@ -150,17 +169,12 @@ def test_no_preemption_comes_before_the_recheck_time(
 )
 def test_a_claim_on_leavers_survives_a_fair_tie_the_plans_launch_made() -> None:
     n0, n1, n2, n3 = node("n0", 1), node("n1", 7), node("n2", 1), node("n3", 1)
-
-    def running(job_id: str, on: Node, gpu: int, queue: str, attained: float) -> PlacedJob:
-        job = placed(job_id, on, [gpu], queue=queue, started_at=NOW, attained_s=attained)
-        return dataclasses.replace(job, attained_as_of=NOW)
-
-    leaving = dataclasses.replace(running("r0", n1, 0, "a", 0.0), state="preempting")
+    leaving = dataclasses.replace(_running("r0", n1, 0, "a", 0.0), state="preempting")
     placed_jobs = (
         leaving,
-        running("r1", n2, 0, "a", 0.0),
-        running("r2", n0, 0, "b", 40.0),
-        running("r3", n1, 1, "a", 40.0),
+        _running("r1", n2, 0, "a", 0.0),
+        _running("r2", n0, 0, "b", 40.0),
+        _running("r3", n1, 1, "a", 40.0),
     )
     waiting = tuple(
         pending(job_id, gpus, at=at, queue=queue)
@@ -171,13 +185,7 @@ def test_a_claim_on_leavers_survives_a_fair_tie_the_plans_launch_made() -> None:
             ("p3", 5, 3.0, "a"),
         )
     )
-    snap = Snapshot(
-        (n0, n1, n2, n3),
-        placed_jobs,
-        waiting,
-        queues=tuple(QueueSpec(q, guarantee=Resources(gpus=0)) for q in QUEUES),
-        service_history=ServiceHistory.of([5.0] * 40),
-    )
+    snap = _two_queues((n0, n1, n2, n3), placed_jobs, waiting)
     assert _check(snap, "default-guaranteed", 0.0, 0.5)
 
 
@@ -188,25 +196,14 @@ def test_a_claim_on_leavers_survives_a_fair_tie_the_plans_launch_made() -> None:
 )
 def test_a_claim_on_leavers_survives_time_alone() -> None:
     n0, n1, n2 = node("n0", 3), node("n1", 1), node("n2", 3)
-
-    def running(job_id: str, on: Node, gpu: int, queue: str, attained: float) -> PlacedJob:
-        job = placed(job_id, on, [gpu], queue=queue, started_at=NOW, attained_s=attained)
-        return dataclasses.replace(job, attained_as_of=NOW)
-
-    leaving = dataclasses.replace(running("r6", n2, 0, "a", 0.0), state="preempting")
+    leaving = dataclasses.replace(_running("r6", n2, 0, "a", 0.0), state="preempting")
     placed_jobs = (
-        running("r0", n0, 0, "a", 40.0),
-        running("r1", n1, 0, "b", 0.0),
-        running("r2", n0, 1, "a", 40.0),
-        running("r3", n0, 2, "a", 40.0),
+        _running("r0", n0, 0, "a", 40.0),
+        _running("r1", n1, 0, "b", 0.0),
+        _running("r2", n0, 1, "a", 40.0),
+        _running("r3", n0, 2, "a", 40.0),
         leaving,
     )
     waiting = (pending("p0", 3, at=0.0, queue="a"), pending("p1", 3, at=1.0, queue="b"))
-    snap = Snapshot(
-        (n0, n1, n2),
-        placed_jobs,
-        waiting,
-        queues=tuple(QueueSpec(q, guarantee=Resources(gpus=0)) for q in QUEUES),
-        service_history=ServiceHistory.of([5.0] * 40),
-    )
+    snap = _two_queues((n0, n1, n2), placed_jobs, waiting)
     assert _check(snap, "default-guaranteed", 0.0, 0.5)

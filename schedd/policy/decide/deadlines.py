@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from schedd.policy.actions import Action, AdmitDeadline
-from schedd.policy.deadline_admission import DeadlineJob, decide_again
+from schedd.policy.deadline_admission import DeadlineJob, decide_again, out_of_reach
 from schedd.policy.deadline_admission import decide as solve
 from schedd.policy.kept import Kept
 from schedd.policy.snapshot import PendingJob, PlacedJob
@@ -69,34 +69,35 @@ def decide(view: View) -> list[Action]:
     again = _refused_in_reach(view)[: most - len(undecided)]
     if again:
         kept = [j for j in jobs if decisions[j.job_id].admitted]
-        refused = _deadline_jobs(again, view, committed=False)
-        decisions.update(decide_again(kept, refused, gpus, now, efficiency))
+        decisions.update(decide_again(kept, again, gpus, now, efficiency))
+    answered = [(j.job_id, j.deadline_admitted) for j in (*committed, *undecided)]
+    answered += [(j.job_id, False) for j in again]  # each refused before
     actions: list[Action] = []
     record: dict[str, bool] = {}
-    for job in (*committed, *undecided, *again):
-        decision = decisions[job.job_id]
-        if decision.admitted != job.deadline_admitted:
-            actions.append(AdmitDeadline(job.job_id, decision.admitted, decision.reason))
-            record[job.job_id] = decision.admitted
+    for job_id, before in answered:
+        decision = decisions[job_id]
+        if decision.admitted != before:
+            actions.append(AdmitDeadline(job_id, decision.admitted, decision.reason))
+            record[job_id] = decision.admitted
     view.memo[_KEY] = record
     return actions
 
 
-def _refused_in_reach(view: View) -> list[PendingJob | PlacedJob]:
-    """Jobs refused a guarantee, waiting or running as best-effort, that could still
-    finish in time alone by an estimate they have not outrun, the earliest deadline
-    first (`decide_again` would refuse the others again at once)."""
-    now, cluster = view.now, view.total.gpus
-    found: list[PendingJob | PlacedJob] = [
+def _refused_in_reach(view: View) -> list[DeadlineJob]:
+    """Jobs refused a guarantee, waiting or running as best-effort, that are not out of
+    reach (`out_of_reach`), the earliest deadline first; the rest would only take the
+    cycle's budget to be refused again."""
+    refused = [
         j
         for jobs in (view.snapshot.pending, view.snapshot.placed)
         for j in jobs
-        if j.deadline_admitted is False
-        and j.deadline is not None
-        and j.estimate_s is not None
-        and j.request.gpus <= cluster
-        # Past its estimate a job has nothing left by it: nothing to guarantee with.
-        and 0.0 < view.remaining(j) <= j.deadline - now
+        if j.deadline_admitted is False and j.deadline is not None
+    ]
+    gpus, now = view.total.gpus, view.now
+    found = [
+        j
+        for j in _deadline_jobs(refused, view, committed=False)
+        if out_of_reach(j, gpus, now) is None
     ]
     found.sort(key=lambda j: (j.deadline, j.job_id))
     return found
