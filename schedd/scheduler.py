@@ -328,6 +328,8 @@ class Scheduler:
         )
         self._busy = bool(snapshot.pending or snapshot.placed)
         self._recheck_at = plan.recheck_at
+        if plan.claimants != snapshot.claimants:
+            await self._keep_claimants(plan.claimants)
         if any(w.code == NO_SHAREABLE_GPU for w in plan.waiting.values()):
             # A busy sample stops counting only when it leaves the window: no event says so.
             aged = now + self.hub.gpu_window.window_s
@@ -404,6 +406,17 @@ class Scheduler:
             if link.ready
         )
 
+    async def _keep_claimants(self, claimants: set[str]) -> None:
+        """Keep the plan's claimants for the next plans, which serve them first."""
+        for job_id in await jobs.keep_claimants(self.pool, claimants):
+            first = job_id in claimants
+            log.info(
+                "job served first: it waits for gpus on their way out"
+                if first
+                else "job served in order again",
+                job_id=job_id,
+            )
+
     async def snapshot(self, pending_window: int) -> Snapshot:
         if not any(link.ready for link in self.hub.links.values()):
             return Snapshot(nodes=(), placed=(), pending=(), queues=self.queues)
@@ -466,6 +479,7 @@ class Scheduler:
             multi_node=True,  # a job larger than any node runs as a gang (schedd.gangs)
             largest_node_gpus=self.hub.largest_node_gpus(),
             service_history=service,
+            claimants=frozenset(r["id"] for r in pending_rows if r["claimant"]),
         )
 
     async def placed_now(self) -> tuple[PlacedJob, ...]:

@@ -166,7 +166,14 @@ class Wait:
 
 class Plan:
     """What one plan() decided: its actions, why each pending job it did not start
-    waits, and `recheck_at`.
+    waits, its `claimants`, and `recheck_at`.
+
+    `claimants` are the pending jobs that wait for GPUs on their way out: jobs this
+    plan preempted for them, or jobs leaving already whose GPUs they count on. The
+    shell keeps the set (`Snapshot.claimants`) until a plan names others, and the next
+    plans serve those jobs first: GPUs a job was stopped for go to the job it was
+    stopped for, not to whoever the order puts first by the time they are free, who
+    would leave the claimant to preempt again.
 
     `recheck_at` is the earliest time this plan could come out otherwise with no event
     in between (a running job's protection ends, or its attained service crosses a
@@ -176,16 +183,18 @@ class Plan:
     after a plan that freed GPUs) never reads it. What finds it reads only the plan's
     own view, so the answer is the same whenever it is read."""
 
-    __slots__ = ("_find_recheck", "_recheck_at", "actions", "waiting")
+    __slots__ = ("_find_recheck", "_recheck_at", "actions", "claimants", "waiting")
 
     def __init__(
         self,
         actions: list[Action] | None = None,
         waiting: dict[str, Wait] | None = None,
         recheck_at: float | None = None,
+        claimants: set[str] | None = None,
     ) -> None:
         self.actions: list[Action] = [] if actions is None else actions
         self.waiting: dict[str, Wait] = {} if waiting is None else waiting
+        self.claimants: set[str] = set() if claimants is None else claimants
         self._recheck_at = recheck_at
         self._find_recheck: Callable[[], float | None] | None = None
 
@@ -214,7 +223,10 @@ class Plan:
     def __repr__(self) -> str:
         # Not found for a repr: a log line or a debugger must not run the policy.
         recheck = "<deferred>" if self._find_recheck is not None else repr(self._recheck_at)
-        return f"Plan(actions={self.actions!r}, waiting={self.waiting!r}, recheck_at={recheck})"
+        return (
+            f"Plan(actions={self.actions!r}, waiting={self.waiting!r},"
+            f" claimants={self.claimants!r}, recheck_at={recheck})"
+        )
 
     def wait_counts(self) -> dict[str, int]:
         """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""

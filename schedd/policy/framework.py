@@ -35,7 +35,7 @@ from typing import Literal, cast
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
 from schedd.policy.immutable import immutable
 from schedd.policy.kept import Kept
-from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers
+from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers, hold_room
 from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
@@ -130,6 +130,26 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
     return Wait("too_large", f"no node could ever run it: {why[0]} (e.g. {nodes[0].node_id})")
 
 
+def _served(
+    stages: Stages, pending: Sequence[PendingJob], view: View, again: set[str]
+) -> Iterator[PendingJob]:
+    """The pending jobs in the order's order, those that GPUs on their way out are for
+    first (`Plan.claimants`): the stops were made for them, and a job the order puts
+    first now would take the GPUs and leave them to preempt again. A claimant that
+    claims nothing this time (`again`, filled as the claimants are served) comes again
+    in its place in the order, where it may block or reserve as any job there."""
+    first = view.snapshot.claimants
+    if not first:
+        yield from stages.order(pending, view)
+        return
+    yield from stages.order([j for j in pending if j.job_id in first], view)
+    # The whole sequence again, not a copy without the claimants: orders may keep their
+    # sort by the sequence's identity from plan to plan.
+    for job in stages.order(pending, view):
+        if job.job_id not in first or job.job_id in again:
+            yield job
+
+
 def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     result = Plan()
     if not snapshot.nodes:
@@ -145,7 +165,10 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     # Elastic jobs looked at again once the order is through, to start smaller on what
     # is left (`_entitled`); `chain` reaches them only then.
     deferred: dict[str, PendingJob] = {}
-    for pending in chain(stages.order(snapshot.pending, view), deferred.values()):
+    # Claimants served first that claimed nothing: served again in the order's place.
+    again: set[str] = set()
+    for pending in chain(_served(stages, snapshot.pending, view, again), deferred.values()):
+        claiming = pending.job_id in snapshot.claimants and pending.job_id not in again
         if resumed and pending.job_id in resumed:
             continue
         holds = holds_gpus(pending)
@@ -183,7 +206,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         eviction: Eviction | None = None
         room_for = job  # the job as room is made for it
         if not isinstance(placed, Placement) and job.gpu_range is not None:
-            first_look = stages.blocking == "skip" and pending.job_id not in deferred
+            first_look = (
+                stages.blocking == "skip" and pending.job_id not in deferred and not claiming
+            )
             if first_look:
                 eviction = _take_turns(stages, job, view)
             entitled = _entitled(job, view)
@@ -219,12 +244,15 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if eviction is not None:
             if not eviction.victims:
                 result.waiting[job.job_id] = await_leavers(job, view, stages.place)
+                result.claimants.add(job.job_id)
                 continue
             if converted:
                 result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
             for victim in eviction.victims:
                 view.stop(victim)
                 result.actions.append(Preempt(victim.job_id, eviction.reason))
+            hold_room(room_for, view, stages.place, eviction.victims)
+            result.claimants.add(job.job_id)
             result.waiting[job.job_id] = Wait(
                 "preempting",
                 f"preempting {len(eviction.victims)} job(s) to make room: "
@@ -235,6 +263,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if alike.remembers:  # and so would its twins (`_blocked` reserves nothing here)
                 alike.waits(job, _blocked(stages, job, view, placed, reservations), no_room=True)
             _place_opportunistic(pending, view, result)
+            continue
+        if claiming:  # it waits for nothing on its way out: its turn comes in the order
+            again.add(pending.job_id)
             continue
         wait = _blocked(stages, job, view, placed, reservations)
         if wait.code == "no_capacity":

@@ -260,6 +260,9 @@ class Snapshot:
     largest_node_gpus: int = 0
     # GPU-seconds that finished jobs took, for policies that learn the distribution.
     service_history: ServiceHistory | None = None
+    # Pending jobs that GPUs on their way out are for (the last plan's `Plan.claimants`,
+    # kept by the shell): a plan serves them first.
+    claimants: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

@@ -162,6 +162,7 @@ class Simulation:
         self._tick_origin = start
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
         self._changed = False  # whether the last instant's plans changed anything
+        self._claimants: frozenset[str] = frozenset()  # the last plan's Plan.claimants
         # Actions whose effect a plan at the same instant already saw (_worth_replanning):
         # deadline answers were already in the plan's view, and so were the GPUs its
         # suspensions freed (a policy's view frees them at once, unlike a preemption's)
@@ -313,6 +314,7 @@ class Simulation:
             usage=self.usage.at(now),
             multi_node=True,
             service_history=self.service.history,
+            claimants=self._claimants,
         )
 
     def _pending_window(self) -> tuple[PendingJob, ...]:
@@ -452,6 +454,9 @@ class Simulation:
             changed |= self._resume(resume, now)
         for launch in launches:
             changed |= self._launch(launch, now)
+        # Kept for the next plans, in place of the last plan's (a plan names all it
+        # holds). They move no GPU: not a change to plan again for.
+        self._claimants = frozenset(plan.claimants)
         return changed
 
     def _suspend(self, action: Suspend, now: float) -> bool:

@@ -198,10 +198,22 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         " spec->'inputs' AS inputs, prefetched_to,"
         " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
         " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus,"
-        " migrate_gpu_uuids"
+        " migrate_gpu_uuids, claimant"
         " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
         limit,
     )
+
+
+async def keep_claimants(pool: asyncpg.Pool, claimants: set[str]) -> list[str]:
+    """Mark these pending jobs as the plan's claimants, in place of those marked before;
+    the jobs whose mark changed. Only pending jobs: one placed, cancelled or ended since
+    the plan waits for nothing now (a job's next placement clears its mark)."""
+    rows = await pool.fetch(
+        "UPDATE jobs SET claimant = NOT claimant"
+        " WHERE state = 'pending' AND claimant <> (id = ANY($1::text[])) RETURNING id",
+        list(claimants),
+    )
+    return [r["id"] for r in rows]
 
 
 async def pending_by_queue(pool: asyncpg.Pool) -> dict[str, int]:
@@ -417,6 +429,7 @@ async def transition(
             "checkpointable = NULL",
             "step_alone_s = NULL",
             "util_alone_at = NULL",
+            "claimant = false",
         ]
     if to is not JobState.RUNNING:
         # A move under way ends with the run it was for: requeued to move (its caller

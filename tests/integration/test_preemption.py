@@ -248,6 +248,13 @@ async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncp
         await agent.close()
 
 
+async def cycle_done(schedd: Schedd, since: int) -> None:
+    """Wait until a scheduling cycle after the `since`-th has ended."""
+    async with asyncio.timeout(5):
+        while schedd.scheduler.cycles == since:  # noqa: ASYNC110 - a counter
+            await asyncio.sleep(0.01)
+
+
 async def test_transitions_of_preemption_in_the_store(pool: asyncpg.Pool) -> None:
     job_id = await submit(pool)
     assert not (await jobs.transition(pool, job_id, JobState.PREEMPTING, "x")).ok  # pending
@@ -323,4 +330,43 @@ async def test_a_second_queue_reclaims_while_the_first_victim_is_still_stopping(
         assert (await agent.expect(p.Launch)).job_id == alices
         await exited(agent, second.job_id, signal=15)
         assert (await agent.expect(p.Launch)).job_id == carols
+        await agent.close()
+
+
+async def test_the_gpu_a_job_was_stopped_for_goes_to_that_job(pool: asyncpg.Pool) -> None:
+    """Bob borrows both GPUs; Alice's queue reclaims one. While bob's job stops, Dave
+    submits to a queue without a guarantee that the fair order puts first (no use, and
+    its name): he cannot preempt, but the freed GPU would be his, and Alice would
+    preempt bob's other job. The plan kept Alice as its claimant: she is served first,
+    the GPU is hers, and nobody else is stopped."""
+    queues = {
+        "t": QueueConfig(guarantee_gpus=1, max_gpus=2),
+        "d": QueueConfig(guarantee_gpus=0, max_gpus=2),
+        "x": QueueConfig(guarantee_gpus=0, max_gpus=2),
+    }
+    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
+    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
+        agent, bobs = await bob_borrows_both_gpus(schedd, pool, queue="x")
+        alices = await submit(pool, "alice", queue="t")
+        schedd.scheduler.wake()
+        kill = await agent.expect(p.Kill)
+        assert kill.reason.startswith("preempted: queue t reclaims")
+        # Marked once the plan is carried out, after the kill.
+        claimant = "SELECT claimant FROM jobs WHERE id = $1"
+        async with asyncio.timeout(5):
+            while not await pool.fetchval(claimant, alices):  # noqa: ASYNC110 - a row
+                await asyncio.sleep(0.01)
+        daves = await submit(pool, "dave", queue="d")
+        cycles = schedd.scheduler.cycles
+        schedd.scheduler.wake()
+        await cycle_done(schedd, cycles)
+        assert schedd.scheduler.why_pending(daves).code == "no_capacity"
+        await exited(agent, kill.job_id, signal=15)
+        launch = await agent.expect(p.Launch)
+        assert launch.job_id == alices
+        others = [j for j in bobs if j != kill.job_id]
+        assert (await jobs.get(pool, others[0]))["state"] == "running"  # not stopped
+        assert schedd.scheduler.why_pending(daves).code == "no_capacity"
+        # Placed: the mark is gone with its wait.
+        assert await pool.fetchval(claimant, alices) is False
         await agent.close()

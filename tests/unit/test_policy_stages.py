@@ -14,7 +14,7 @@ from schedd.policy.queues import QueueSpec
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Usage
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob, Usage
 from schedd.policy.view import View
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
@@ -369,7 +369,8 @@ def test_the_free_gpus_a_job_waits_on_with_leavers_are_held_for_it(profile: str)
 def test_the_gpus_of_a_leaver_count_for_one_waiting_job_only(profile: str) -> None:
     """b-leaving (on its way out) frees 2 GPUs: enough for a1, which waits for it. a2,
     behind a1 and as big, no longer counts on them: it makes room of its own (b-old)
-    at once, rather than wait on the same stop and preempt only after a1 has started."""
+    at once, rather than wait on the same stop and preempt only after a1 has started.
+    Both are the plan's claimants, for the next plans to serve first."""
     n1 = node("n1", 8)
     held = [
         placed("b-leaving", n1, [0, 1], queue="b", started_at=0.0, state="preempting"),
@@ -386,12 +387,131 @@ def test_the_gpus_of_a_leaver_count_for_one_waiting_job_only(profile: str) -> No
     snap = snapshot([n1], jobs, held, queues=queues)
     plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
     assert plan.waiting["a1"].code == "preempting" and not preempted(plan)
+    assert plan.claimants == {"a1"}
     jobs.append(pending("a2", 2, queue="a", at=2.0))
     snap = snapshot([n1], jobs, held, queues=queues)
     plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
     assert "b-leaving" in plan.waiting["a1"].reason
     assert preempted(plan) == {"b-old"}
     assert plan.waiting["a2"].code == "preempting" and "b-leaving" not in plan.waiting["a2"].reason
+    assert plan.claimants == {"a1", "a2"}
+
+
+@pytest.mark.parametrize("profile", ["drf", "default", "tiresias"])
+def test_a_job_gpus_on_their_way_out_are_for_is_served_first(profile: str) -> None:
+    """b-leaving was stopped for a1 (a claimant of the last plan): a1, 4 GPUs, counts on
+    its 2 and the 2 free beside them. a0 comes first in every order (earlier, as good otherwise) and
+    would take the free 2 and leave a1 to preempt again; the plan serves a1 first, so
+    a0 waits. Without the claim a0 starts there."""
+    n1 = node("n1", 8)
+    leaving = placed("b-leaving", n1, [0, 1], queue="b", started_at=0.0, state="preempting")
+    # Too young to preempt, though they attained more than a1 (else LAS looks for no
+    # victims, nor at leavers, for it).
+    young = [
+        placed(f"b-young{i}", n1, [i], queue="b", started_at=9_900.0, attained_s=9e5)
+        for i in range(4, 8)
+    ]
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=6)),
+        QueueSpec("b", guarantee=Resources(gpus=2)),
+    )
+    jobs = [pending("a0", 2, queue="a", at=1.0), pending("a1", 4, queue="a", at=2.0)]
+    if profile == "tiresias":
+        young = [dataclasses.replace(j, queue="a") for j in young]
+        leaving = dataclasses.replace(leaving, queue="a")
+
+    def plan_with(claimants: frozenset[str]) -> framework.Plan:
+        snap = snapshot([n1], jobs, [leaving, *young], queues=queues)
+        snap = dataclasses.replace(snap, claimants=claimants)
+        return run(profile, snap, now=10_000.0, min_run_s=300.0)
+
+    assert "a0" in launches(plan_with(frozenset()))
+    plan = plan_with(frozenset({"a1", "gone"}))  # a job no longer pending is passed over
+    assert "a0" not in launches(plan) and plan.waiting["a0"].code != "preempting"
+    assert plan.waiting["a1"].code == "preempting" and "b-leaving" in plan.waiting["a1"].reason
+    assert plan.claimants == {"a1"}
+
+
+def _leaver_for_e() -> tuple[list[PlacedJob], tuple[QueueSpec, ...]]:
+    """n1: b-leaving on GPUs 0-3, on its way out for E; young jobs (too young to
+    preempt, with more service than anyone waiting) on 4-7; all of queue a, E's, which
+    has no guarantee: it borrows all it runs."""
+    n1 = node("n1", 8)
+    held = [placed("b-leaving", n1, [0, 1, 2, 3], queue="b", started_at=0.0, state="preempting")]
+    held += [
+        placed(f"b-young{i}", n1, [i], queue="b", started_at=9_900.0, attained_s=9e5)
+        for i in range(4, 8)
+    ]
+    held = [dataclasses.replace(j, queue="a") for j in held]  # victims within E's queue
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=0)),
+        QueueSpec("b", guarantee=Resources(gpus=0)),
+    )
+    return held, queues
+
+
+@pytest.mark.parametrize("profile", ["default-guaranteed", "default", "tiresias"])
+def test_an_elastic_claimant_is_served_first_too(profile: str) -> None:
+    """E (2 to 4 GPUs) is the claimant of b-leaving. An elastic job that finds no room
+    and no guarantee to take back is looked at again once the order is through, to
+    start smaller on what is left; a claimant is not put off so: K, ahead in the
+    order, would take the GPUs first."""
+    held, queues = _leaver_for_e()
+    e = dataclasses.replace(pending("E", 4, queue="a", at=2.0), gpu_range=(2, 4))
+    jobs = [pending("K", 4, queue="a", at=1.0), e]
+    snap = dataclasses.replace(
+        snapshot([node("n1", 8)], jobs, held, queues=queues), claimants=frozenset({"E"})
+    )
+    plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
+    assert plan.waiting["E"].code == "preempting" and "b-leaving" in plan.waiting["E"].reason
+    assert "b-leaving" not in plan.waiting["K"].reason and not preempted(plan)
+    assert plan.claimants == {"E"}
+
+
+def test_a_claimant_that_claims_nothing_waits_in_its_place_in_the_order() -> None:
+    """Under strict FIFO the first job that cannot start blocks those behind it. C was a
+    claimant, but nothing is on its way out for it now (its victim left, and another
+    job took the GPUs): served first, it claims nothing, and takes its place in the
+    order again, behind H, which starts, rather than blocking H."""
+    n = node("n", 2)
+    held = [placed("r", n, [0], started_at=9_990.0)]  # too young to preempt
+    spec = dataclasses.replace(
+        BUILTIN["fifo"], make_room=("reclaim",), settings=Settings(min_run_s=300.0)
+    )
+    jobs = [pending("H", 1, at=1.0), pending("C", 2, at=2.0)]
+    snap = dataclasses.replace(snapshot([n], jobs, held), claimants=frozenset({"C"}))
+    plan = build("fifo-reclaim", spec).plan(snap, 10_000.0)
+    assert set(launches(plan)) == {"H"}
+    assert plan.waiting["C"].code == "no_capacity"
+    assert not plan.claimants
+
+
+@pytest.mark.parametrize("profile", ["drf", "default-guaranteed", "tiresias"])
+def test_a_job_that_preempts_keeps_the_free_gpus_it_counted_on(profile: str) -> None:
+    """A1 (4 GPUs) stops b-old (2 GPUs) and counts on the 2 free GPUs beside it. A2,
+    later in the plan, would start on those 2 (best fit: they leave n1 full, n2 would
+    keep one free) and leave A1 to stop another once b-old is gone; they are held for
+    A1 instead."""
+    n1, n2 = node("n1", 8), node("n2", 4)
+    held = [placed("b-old", n1, [0, 1], queue="b", started_at=0.0, attained_s=9e5)]
+    held += [
+        placed(f"b-young{i}", n1, [i], queue="b", started_at=9_900.0, attained_s=9e5)
+        for i in range(4, 8)
+    ]
+    held.append(placed("c0", n2, [0], queue="b", started_at=9_900.0))
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=8)),
+        QueueSpec("b", guarantee=Resources(gpus=0)),
+    )
+    if profile == "tiresias":
+        held = [dataclasses.replace(j, queue="a") for j in held]
+    jobs = [pending("A1", 4, queue="a", at=1.0), pending("A2", 2, queue="a", at=2.0)]
+    plan = run(
+        profile, snapshot([n1, n2], jobs, held, queues=queues), now=10_000.0, min_run_s=300.0
+    )
+    assert preempted(plan) == {"b-old"}
+    assert launches(plan)["A2"].shards[0].node_id == "n2"
+    assert plan.claimants == {"A1"}
 
 
 def test_tiresias_preempts_jobs_that_attained_more_service() -> None:

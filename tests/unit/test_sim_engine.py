@@ -258,6 +258,34 @@ def test_launch_on_gpus_still_being_freed_is_refused_and_counted() -> None:
     assert by_id(result) == {"a": (0, 12), "b": (12, 13)}
 
 
+def test_a_plans_claimants_reach_the_next_plans_until_a_plan_names_others() -> None:
+    """The plan at 4 names b (it preempts a for it); so do the plans until 5; a plan
+    naming none clears them."""
+    seen: dict[float, frozenset[str]] = {}
+
+    def claim_b_until_5(snapshot: Snapshot, now: float) -> Plan:
+        seen[now] = snapshot.claimants
+        plan = preempt_a_at_4(snapshot, now)
+        if 4 <= now < 5:
+            plan.claimants.add("b")
+        return plan
+
+    options = SimOptions(preempt_overhead_s=3)
+    simulate(
+        [job("a", 0, 10), job("b", 1, 1)], "1x1", scripted(claim_b_until_5, tick_s=0.5), options
+    )
+    b = frozenset({"b"})
+    # At 4 a second plan follows the preemption at once, and sees the claim already.
+    assert {t: c for t, c in seen.items() if 3.5 <= t <= 6} == {
+        3.5: frozenset(),
+        4.0: b,
+        4.5: b,
+        5.0: b,
+        5.5: frozenset(),
+        6.0: frozenset(),
+    }
+
+
 # ---- other actions -------------------------------------------------------------------
 
 

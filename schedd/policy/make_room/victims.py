@@ -100,11 +100,26 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
 
 def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
     """`job` waits for jobs on their way out (`fewest_victims` found their GPUs enough):
-    the free GPUs of where it would then run are held for it for the rest of the plan.
-    A later job taking them would leave the stops it waits on for nothing and the job
-    short again, to stop more once they are done."""
+    the room it will run in is held for it (`hold_room`)."""
     leaving = leaving_jobs(view)
-    found = _place_without(job, view, leaving, place)
+    found = hold_room(job, view, place)
+    if isinstance(found, Placement):
+        nodes = {s.node_id for s in found.shards}
+        leaving = [j for j in leaving if any(s.node_id in nodes for s in j.shards)] or leaving
+    ids = list(dict.fromkeys(j.job_id for j in leaving))  # a job in pieces once
+    named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
+
+
+def hold_room(
+    job: PendingJob, view: View, place: PlaceFn, stopped: Sequence[PlacedJob] = ()
+) -> Placement | NoFit:
+    """Where `job` will run once the jobs on their way out, and those this plan stops for
+    it (`stopped`), have left; the free GPUs there are held for it for the rest of the
+    plan, and the leavers' GPUs it will use count for no later job. A later job taking
+    them would leave the stops for nothing and the job short again, to stop more once
+    they are done."""
+    found = _place_without(job, view, [*leaving_jobs(view), *stopped], place)
     if isinstance(found, Placement):
         held = []
         claimed: set[str] = set()
@@ -115,11 +130,7 @@ def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
             claimed.update(u for u in shard.gpu_uuids if u not in free)
         _claim(view, claimed)
         view.hold(tuple(held))  # a new generation: the leavers changed too
-        nodes = {s.node_id for s in found.shards}
-        leaving = [j for j in leaving if any(s.node_id in nodes for s in j.shards)] or leaving
-    ids = list(dict.fromkeys(j.job_id for j in leaving))  # a job in pieces once
-    named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-    return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
+    return found
 
 
 def _claim(view: View, gpus: set[str]) -> None:
