@@ -140,8 +140,17 @@ def _served(
     in its place in the order, where it may block or reserve as any job there."""
     first = view.snapshot.claimants
     if not first:
-        yield from stages.order(pending, view)
-        return
+        return stages.order(pending, view)  # most plans: no layer between
+    return _claimants_first(stages, pending, view, first, again)
+
+
+def _claimants_first(
+    stages: Stages,
+    pending: Sequence[PendingJob],
+    view: View,
+    first: frozenset[str],
+    again: set[str],
+) -> Iterator[PendingJob]:
     yield from stages.order([j for j in pending if j.job_id in first], view)
     # The whole sequence again, not a copy without the claimants: orders may keep their
     # sort by the sequence's identity from plan to plan.
@@ -166,9 +175,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     # is left (`_entitled`); `chain` reaches them only then.
     deferred: dict[str, PendingJob] = {}
     # Claimants served first that claimed nothing: served again in the order's place.
-    again: set[str] = set()
+    first, again = snapshot.claimants, set[str]()
     for pending in chain(_served(stages, snapshot.pending, view, again), deferred.values()):
-        claiming = pending.job_id in snapshot.claimants and pending.job_id not in again
+        claiming = bool(first) and pending.job_id in first and pending.job_id not in again
         if resumed and pending.job_id in resumed:
             continue
         holds = holds_gpus(pending)
@@ -206,13 +215,13 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         eviction: Eviction | None = None
         room_for = job  # the job as room is made for it
         if not isinstance(placed, Placement) and job.gpu_range is not None:
-            first_look = (
-                stages.blocking == "skip" and pending.job_id not in deferred and not claiming
-            )
+            first_look = stages.blocking == "skip" and pending.job_id not in deferred
             if first_look:
                 eviction = _take_turns(stages, job, view)
             entitled = _entitled(job, view)
-            if eviction is None and first_look and entitled is None:
+            # A claimant is not put off to the end: the jobs before it there would take
+            # what is on its way out for it.
+            if eviction is None and first_look and entitled is None and not claiming:
                 # A job made opportunistic shares in its place where it can.
                 if not (converted and _place_opportunistic(pending, view, result, False)):
                     deferred[pending.job_id] = pending

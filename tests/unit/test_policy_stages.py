@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from schedd.policy import build, framework, profile
-from schedd.policy.actions import Launch, Preempt, Reserve, SetKind
+from schedd.policy.actions import Launch, Preempt, Reserve, SetKind, Suspend
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.queues import QueueSpec
@@ -466,6 +466,24 @@ def test_an_elastic_claimant_is_served_first_too(profile: str) -> None:
     assert plan.waiting["E"].code == "preempting" and "b-leaving" in plan.waiting["E"].reason
     assert "b-leaving" not in plan.waiting["K"].reason and not preempted(plan)
     assert plan.claimants == {"E"}
+
+
+def test_an_elastic_claimant_still_takes_turns_before_it_preempts() -> None:
+    """Under time-slicing an elastic job that finds no room takes turns with old jobs
+    of its queue before anything is preempted for it; served first as a claimant, it
+    still does."""
+    n1 = node("n1", 8)
+    held = [
+        placed(job_id, n1, gpus, queue="a", started_at=0.0, attained_s=9e5)
+        for job_id, gpus in (("X", [0, 1, 2, 3]), ("Y", [4, 5, 6, 7]))
+    ]
+    e = dataclasses.replace(pending("E", 4, queue="a", at=2.0), gpu_range=(2, 4))
+    for claimants in (frozenset(), frozenset({"E"})):
+        snap = dataclasses.replace(snapshot([n1], [e], held), claimants=claimants)
+        plan = run("default-gandiva", snap, now=10_000.0, min_run_s=300.0)
+        assert not preempted(plan), claimants
+        assert [a.job_id for a in plan.actions if isinstance(a, Suspend)], claimants
+        assert "E" in launches(plan)
 
 
 def test_a_claimant_that_claims_nothing_waits_in_its_place_in_the_order() -> None:

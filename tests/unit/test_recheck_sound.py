@@ -120,11 +120,12 @@ def _check(snap: Snapshot, name: str, min_run_s: float, share: float) -> bool:
         return False  # at the recheck time itself the answer may change
     second = profile.plan(_after(snap, first), later)
     preempted = [a.job_id for a in second.actions if isinstance(a, Preempt)]
-    if min_run_s == 0:
+    launched = {a.job_id for a in first.actions if isinstance(a, Launch)}
+    if min_run_s == 0 and launched.intersection(preempted):
         # A job launched may be a victim as soon as it runs: the next plan, at whatever
-        # event, finds it so (a recheck at once would only undo what the plan did).
-        launched = {a.job_id for a in first.actions if isinstance(a, Launch)}
-        preempted = [j for j in preempted if j not in launched]
+        # event, finds it so (a recheck at once would only undo what the plan did), and
+        # with it the victims beside it that make the room only together with it.
+        return True
     assert not preempted, f"preempted {preempted} at {later}, before the recheck at {until}"
     return True
 

@@ -111,6 +111,9 @@ def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
     return Wait("preempting", f"waiting for stopping jobs to free their GPUs: {named}")
 
 
+_ROOM = "room_with_victims"
+
+
 def hold_room(
     job: PendingJob, view: View, place: PlaceFn, stopped: Sequence[PlacedJob] = ()
 ) -> Placement | NoFit:
@@ -119,7 +122,14 @@ def hold_room(
     plan, and the leavers' GPUs it will use count for no later job. A later job taking
     them would leave the stops for nothing and the job short again, to stop more once
     they are done."""
-    found = _place_without(job, view, [*leaving_jobs(view), *stopped], place)
+    known = cast(
+        "tuple[tuple[PlacedJob, ...], Placement] | None", view.memo.get((_ROOM, job.job_id))
+    )
+    found: Placement | NoFit
+    if stopped and known is not None and known[0] is stopped:
+        found = known[1]  # where `fewest_victims` found it room with them
+    else:
+        found = _place_without(job, view, [*leaving_jobs(view), *stopped], place)
     if isinstance(found, Placement):
         held = []
         claimed: set[str] = set()
@@ -265,7 +275,9 @@ def fewest_victims(
             else:
                 lo = mid + 1
     used = {s.node_id for s in found.shards}
-    return tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
+    victims = tuple(v for v in eligible[:hi] if any(s.node_id in used for s in v.shards))
+    view.memo[(_ROOM, job.job_id)] = (victims, found)  # for `hold_room`, if it stops them
+    return victims
 
 
 def _enough_gpus_at(
