@@ -46,7 +46,7 @@ def timed(profile: Profile) -> tuple[Profile, list[float]]:
         finally:
             spent[0] += time.perf_counter() - began
         # Its recheck, found only if the engine reads it, counted as the plan's too.
-        timed_plan = Plan(made.actions, made.waiting)
+        timed_plan = Plan(made.actions, made.waiting, claimants=made.claimants)
         timed_plan.defer_recheck(lambda: recheck(made))
         return timed_plan
 

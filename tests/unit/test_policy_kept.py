@@ -65,6 +65,7 @@ def fresh(snap: Snapshot) -> Snapshot:
         tuple(dataclasses.replace(j) for j in snap.placed),
         tuple(dataclasses.replace(j) for j in snap.pending),
         service_history=snap.service_history,
+        claimants=snap.claimants,
     )
 
 
@@ -74,7 +75,7 @@ def same(a: Plan, b: Plan) -> bool:
     if (a.recheck_at is None) != (b.recheck_at is None):
         return False
     close = a.recheck_at is None or math.isclose(a.recheck_at, b.recheck_at or 0.0)
-    return (a.actions, a.waiting) == (b.actions, b.waiting) and close
+    return (a.actions, a.waiting, a.claimants) == (b.actions, b.waiting, b.claimants) and close
 
 
 @settings(max_examples=40, deadline=None)
