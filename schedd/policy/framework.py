@@ -131,14 +131,18 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
 
 
 def _served(
-    stages: Stages, pending: Sequence[PendingJob], view: View, again: set[str]
+    stages: Stages,
+    pending: Sequence[PendingJob],
+    view: View,
+    first: frozenset[str],
+    again: set[str],
 ) -> Iterator[PendingJob]:
-    """The pending jobs in the order's order, those that GPUs on their way out are for
-    first (`Plan.claimants`): the stops were made for them, and a job the order puts
-    first now would take the GPUs and leave them to preempt again. A claimant that
-    claims nothing this time (`again`, filled as the claimants are served) comes again
-    in its place in the order, where it may block or reserve as any job there."""
-    first = view.snapshot.claimants
+    """The pending jobs in the order's order, the claimants (`first`: `Plan.claimants`
+    kept by the shell) before the rest: the stops were made for them, and a job the
+    order puts first now would take the GPUs and leave them to preempt again. A
+    claimant that claims nothing this time (`again`, filled as the claimants are
+    served) comes again in its place in the order, where it may block or reserve as any
+    job there."""
     if not first:
         return stages.order(pending, view)  # most plans: no layer between
     return _claimants_first(stages, pending, view, first, again)
@@ -176,7 +180,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     deferred: dict[str, PendingJob] = {}
     # Claimants served first that claimed nothing: served again in the order's place.
     first, again = snapshot.claimants, set[str]()
-    for pending in chain(_served(stages, snapshot.pending, view, again), deferred.values()):
+    served = _served(stages, snapshot.pending, view, first, again)
+    for pending in chain(served, deferred.values()):
         claiming = bool(first) and pending.job_id in first and pending.job_id not in again
         if resumed and pending.job_id in resumed:
             continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import aiohttp
 import asyncpg
@@ -218,23 +220,47 @@ async def bob_borrows_both_gpus(
     return agent, bobs
 
 
+async def cycle_done(schedd: Schedd, since: int) -> None:
+    """Wait until a scheduling cycle after the `since`-th has ended."""
+    async with asyncio.timeout(5):
+        while schedd.scheduler.cycles == since:  # noqa: ASYNC110 - a counter
+            await asyncio.sleep(0.01)
+
+
+@dataclass
+class Reclaim:
+    schedd: Schedd
+    agent: FakeAgent
+    bobs: list[str]
+    alices: str
+    kill: p.Kill  # of the victim stopped for alice's job
+
+
+@asynccontextmanager
+async def reclaim_begun(
+    pool: asyncpg.Pool, queues: dict[str, QueueConfig], borrower: str, owner: str
+) -> AsyncIterator[Reclaim]:
+    """The default profile (no minimum run time): bob borrows both GPUs in `borrower`,
+    alice submits one job to `owner`, and the first victim's kill has come."""
+    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
+    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
+        agent, bobs = await bob_borrows_both_gpus(schedd, pool, queue=borrower)
+        alices = await submit(pool, "alice", queue=owner)
+        schedd.scheduler.wake()
+        yield Reclaim(schedd, agent, bobs, alices, await agent.expect(p.Kill))
+
+
 async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncpg.Pool) -> None:
     """The default profile's plan, carried out live: bob borrows, alice reclaims."""
     queues = {"a": QueueConfig(guarantee_gpus=1, max_gpus=2), "b": QueueConfig(guarantee_gpus=1)}
-    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
-    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
-        agent, bobs = await bob_borrows_both_gpus(schedd, pool)
-        alices = await submit(pool, "alice", queue="a")
-        schedd.scheduler.wake()
-        kill = await agent.expect(p.Kill)
+    async with reclaim_begun(pool, queues, borrower="b", owner="a") as r:
+        schedd, agent, bobs, alices, kill = r.schedd, r.agent, r.bobs, r.alices, r.kill
         assert kill.job_id in bobs and kill.reason.startswith("preempted: queue a reclaims")
         # Cycles while the victim stops preempt nobody else: its GPU is on its way.
         for _ in range(2):
             cycles = schedd.scheduler.cycles
             schedd.scheduler.wake()
-            async with asyncio.timeout(5):
-                while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110 - a counter
-                    await asyncio.sleep(0.01)
+            await cycle_done(schedd, cycles)
         states = [(await jobs.get(pool, j))["state"] for j in bobs]
         assert sorted(states) == ["preempting", "running"]
         why = schedd.scheduler.why_pending(alices)
@@ -246,13 +272,6 @@ async def test_a_queue_under_its_guarantee_reclaims_from_a_borrower(pool: asyncp
         assert (victim["state"], victim["attempt"]) == ("pending", 1)
         assert victim["reason"].startswith("requeued after preemption (preempted: queue a")
         await agent.close()
-
-
-async def cycle_done(schedd: Schedd, since: int) -> None:
-    """Wait until a scheduling cycle after the `since`-th has ended."""
-    async with asyncio.timeout(5):
-        while schedd.scheduler.cycles == since:  # noqa: ASYNC110 - a counter
-            await asyncio.sleep(0.01)
 
 
 async def test_transitions_of_preemption_in_the_store(pool: asyncpg.Pool) -> None:
@@ -284,9 +303,7 @@ async def test_a_victim_too_young_to_preempt_is_preempted_once_it_comes_of_age(
         alices = await submit(pool, "alice", queue="a")
         cycles = schedd.scheduler.cycles
         schedd.scheduler.wake()
-        async with asyncio.timeout(5):
-            while schedd.scheduler.cycles == cycles:  # noqa: ASYNC110 - a counter
-                await asyncio.sleep(0.01)
+        await cycle_done(schedd, cycles)
         why = schedd.scheduler.why_pending(alices)
         assert why.code == "no_capacity" and schedd.scheduler.last is not None
         recheck = schedd.scheduler.last.plan.recheck_at
@@ -309,12 +326,8 @@ async def test_a_second_queue_reclaims_while_the_first_victim_is_still_stopping(
         "c": QueueConfig(guarantee_gpus=1),
         "x": QueueConfig(guarantee_gpus=0, max_gpus=2),
     }
-    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
-    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
-        agent, bobs = await bob_borrows_both_gpus(schedd, pool, queue="x")
-        alices = await submit(pool, "alice", queue="a")
-        schedd.scheduler.wake()
-        first = await agent.expect(p.Kill)
+    async with reclaim_begun(pool, queues, borrower="x", owner="a") as r:
+        schedd, agent, bobs, alices, first = r.schedd, r.agent, r.bobs, r.alices, r.kill
         assert first.job_id in bobs and first.reason.startswith("preempted: queue a reclaims")
         carols = await submit(pool, "carol", queue="c")
         schedd.scheduler.wake()
@@ -344,12 +357,8 @@ async def test_the_gpu_a_job_was_stopped_for_goes_to_that_job(pool: asyncpg.Pool
         "d": QueueConfig(guarantee_gpus=0, max_gpus=2),
         "x": QueueConfig(guarantee_gpus=0, max_gpus=2),
     }
-    profiles = {"default": ProfileConfig(settings={"min_run_s": 0})}
-    async with start_schedd(pool, policy="default", queues=queues, profiles=profiles) as schedd:
-        agent, bobs = await bob_borrows_both_gpus(schedd, pool, queue="x")
-        alices = await submit(pool, "alice", queue="t")
-        schedd.scheduler.wake()
-        kill = await agent.expect(p.Kill)
+    async with reclaim_begun(pool, queues, borrower="x", owner="t") as r:
+        schedd, agent, bobs, alices, kill = r.schedd, r.agent, r.bobs, r.alices, r.kill
         assert kill.reason.startswith("preempted: queue t reclaims")
         # Marked once the plan is carried out, after the kill.
         claimant = "SELECT claimant FROM jobs WHERE id = $1"
