@@ -145,22 +145,16 @@ def _served(
     job there."""
     if not first:
         return stages.order(pending, view)  # most plans: no layer between
-    return _claimants_first(stages, pending, view, first, again)
 
+    def claimants_first() -> Iterator[PendingJob]:
+        yield from stages.order([j for j in pending if j.job_id in first], view)
+        # The whole sequence again, not a copy without the claimants: orders may keep
+        # their sort by the sequence's identity from plan to plan.
+        for job in stages.order(pending, view):
+            if job.job_id not in first or job.job_id in again:
+                yield job
 
-def _claimants_first(
-    stages: Stages,
-    pending: Sequence[PendingJob],
-    view: View,
-    first: frozenset[str],
-    again: set[str],
-) -> Iterator[PendingJob]:
-    yield from stages.order([j for j in pending if j.job_id in first], view)
-    # The whole sequence again, not a copy without the claimants: orders may keep their
-    # sort by the sequence's identity from plan to plan.
-    for job in stages.order(pending, view):
-        if job.job_id not in first or job.job_id in again:
-            yield job
+    return claimants_first()
 
 
 def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
