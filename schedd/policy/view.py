@@ -306,12 +306,13 @@ class View:
                 part = beyond(held, part, len(shard.gpu_uuids))
             self._take_on(shard, part, None)
 
-    def hold(self, shards: tuple[Shard, ...]) -> None:
-        """Free GPUs kept out of the rest of the plan for a job that waits to use them
-        (with those of jobs on their way out): no job, and no queue, holds them."""
+    def hold(self, parts: tuple[tuple[Shard, Request], ...]) -> None:
+        """Free GPUs, and each part's CPUs and memory on the shard's node, kept out of
+        the rest of the plan for a job that waits to use them (with those of jobs on
+        their way out): no job, and no queue, holds them."""
         self.generation += 1
-        for shard in shards:
-            self._take_on(shard, _GPUS_ONLY, None)
+        for shard, part in parts:
+            self._take_on(shard, part, None)
 
     def _count(self, queue: str, user: str, r: Resources, sign: int) -> None:
         for q in lineage(queue):

@@ -432,6 +432,50 @@ def test_a_job_gpus_on_their_way_out_are_for_is_served_first(profile: str) -> No
     assert plan.claimants == {"a1"}
 
 
+@pytest.mark.parametrize("profile", ["drf", "default", "tiresias"])
+@pytest.mark.parametrize("stops", [False, True])
+def test_a_claimant_is_held_the_cpus_and_memory_it_counts_on(profile: str, stops: bool) -> None:
+    """a1 (4 GPUs, 12 CPUs, 40 GiB) will run on b-leaving's 2 GPUs (on its way out, or
+    stopped for a1 in this plan) and 2 of the 3 free: it counts on the 2 CPUs and 8 GiB
+    b-leaving frees, and on 10 CPUs and 32 GiB of the 11 and 48 free now, which are held
+    for it. a0, after it, would fit on the third free GPU but for that hold: asking 4
+    CPUs, or 20 GiB, it waits; asking no more than is left, it starts."""
+    gib = 1024
+    n1 = node("n1", 8, cpus=16, memory_mib=80 * gib)
+    b = placed("b-leaving", n1, [0, 1], 2, 8 * gib, queue="b", started_at=0.0, attained_s=9e5)
+    b = b if stops else dataclasses.replace(b, state="preempting")
+    young = [
+        placed(f"b-young{i}", n1, [i], 1, 8 * gib, queue="b", started_at=9_900.0, attained_s=9e5)
+        for i in (5, 6, 7)
+    ]
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=6)),
+        QueueSpec("b", guarantee=Resources(gpus=0)),
+    )
+    if profile == "tiresias":  # one tenant queue: victims by service within it
+        b, young = (
+            dataclasses.replace(b, queue="a"),
+            [dataclasses.replace(j, queue="a") for j in young],
+        )
+
+    def plan_with(a0_cpus: float, a0_memory: int) -> framework.Plan:
+        jobs = [
+            pending("a1", 4, 12, 40 * gib, queue="a", at=1.0),
+            pending("a0", 1, a0_cpus, a0_memory, queue="a", at=2.0),
+        ]
+        snap = snapshot([n1], jobs, [b, *young], queues=queues)
+        snap = dataclasses.replace(snap, claimants=frozenset({"a1"}))
+        return run(profile, snap, now=10_000.0, min_run_s=300.0)
+
+    for too_much in ((4, 8 * gib), (1, 20 * gib)):
+        plan = plan_with(*too_much)
+        assert plan.waiting["a1"].code == "preempting"
+        assert "b-leaving" in plan.waiting["a1"].reason
+        assert preempted(plan) == ({"b-leaving"} if stops else set())
+        assert "a0" not in launches(plan) and plan.waiting["a0"].code != "preempting"
+    assert "a0" in launches(plan_with(1, 16 * gib))  # 11 - 10 CPUs, 48 - 32 GiB are left
+
+
 @pytest.mark.parametrize("profile", ["default", "drf", "las"])
 def test_claimants_are_served_oldest_first_whatever_the_order_says(profile: str) -> None:
     """Both claimants of the last plan, of queue a (below its guarantee), want

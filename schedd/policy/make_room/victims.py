@@ -118,29 +118,58 @@ def hold_room(
     job: PendingJob, view: View, place: PlaceFn, stopped: Sequence[PlacedJob] = ()
 ) -> Placement | NoFit:
     """Where `job` will run once the jobs on their way out, and those this plan stops for
-    it (`stopped`), have left; the free GPUs there are held for it for the rest of the
-    plan, and the leavers' GPUs it will use count for no later job. A later job taking
-    them would leave the stops for nothing and the job short again, to stop more once
-    they are done."""
+    it (`stopped`), have left; what it counts on there that is free now (GPUs, and the
+    CPUs and memory beyond those the jobs whose GPUs it takes will free) is held for it
+    for the rest of the plan, and the leavers' GPUs it will use count for no later job.
+    A later job taking them would leave the stops for nothing and the job short again,
+    to stop more once they are done."""
     known = cast(
         "tuple[tuple[PlacedJob, ...], Placement] | None", view.memo.get((_ROOM, job.job_id))
     )
+    gone = [*leaving_jobs(view), *stopped]
     found: Placement | NoFit
     if stopped and known is not None and known[0] is stopped:
         found = known[1]  # where `fewest_victims` found it room with them
     else:
-        found = _place_without(job, view, [*leaving_jobs(view), *stopped], place)
+        found = _place_without(job, view, gone, place)
     if isinstance(found, Placement):
+        freed = _freed_for(gone, found.shards)
         held = []
         claimed: set[str] = set()
-        for shard in found.shards:
-            free = {g.uuid for g in view.capacity[shard.node_id].free_gpus}
-            if mine := tuple(u for u in shard.gpu_uuids if u in free):
-                held.append(Shard(shard.node_id, mine))
+        parts = shard_requests(job.request, found.shards)
+        for shard, part in zip(found.shards, parts, strict=True):
+            cap = view.capacity[shard.node_id]
+            free = {g.uuid for g in cap.free_gpus}
+            mine = tuple(u for u in shard.gpu_uuids if u in free)
+            cpus, memory = freed.get(shard.node_id, (0.0, 0))
+            rest = Request(
+                0,
+                min(max(part.cpus - cpus, 0.0), max(cap.cpus, 0.0)),
+                min(max(part.memory_mib - memory, 0), max(cap.memory_mib, 0)),
+            )
+            if mine or rest.cpus or rest.memory_mib:
+                held.append((Shard(shard.node_id, mine), rest))
             claimed.update(u for u in shard.gpu_uuids if u not in free)
         _claim(view, claimed)
         view.hold(tuple(held))  # a new generation: the leavers changed too
     return found
+
+
+def _freed_for(
+    gone: Sequence[PlacedJob], shards: tuple[Shard, ...]
+) -> dict[str, tuple[float, int]]:
+    """Per node, the CPUs and memory that the leavers and victims whose GPUs the shards
+    take free there (they go with the GPUs: `_claim`)."""
+    taken = {u for shard in shards for u in shard.gpu_uuids}
+    freed: dict[str, tuple[float, int]] = {}
+    for piece in gone:
+        for shard, part in zip(
+            piece.shards, shard_requests(piece.request, piece.shards), strict=True
+        ):
+            if any(u in taken for u in shard.gpu_uuids):
+                cpus, memory = freed.get(shard.node_id, (0.0, 0))
+                freed[shard.node_id] = (cpus + part.cpus, memory + part.memory_mib)
+    return freed
 
 
 def _claim(view: View, gpus: set[str]) -> None:
