@@ -119,6 +119,7 @@ class Scheduler:
         self._beyond: Wait | None = NO_NODES  # why a job the last cycle did not read waits
         self._busy = False  # jobs pending or placed at the last cycle: the tick applies
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
+        self._planned_before: float | None = None  # the `now` of the last plan
         self._young_until: float | None = None  # when the snapshot's first young holder ages
         # Jobs take turns on GPUs (time-slicing): a job's start begins its turn, which a
         # plan made while it was only assigned could not time.
@@ -280,6 +281,7 @@ class Scheduler:
             plan = await asyncio.to_thread(self._plan, snapshot, now)
         else:
             plan = self._plan(snapshot, now)
+        self._planned_before = now
         planned = time.perf_counter()
         launched = preempted = suspended = resumed = migrated = resized = packed = 0
         kinds_changed = False
@@ -480,6 +482,7 @@ class Scheduler:
             largest_node_gpus=self.hub.largest_node_gpus(),
             service_history=service,
             claimants=frozenset(r["id"] for r in pending_rows if r["claimant"]),
+            planned_before=self._planned_before,
         )
 
     async def placed_now(self) -> tuple[PlacedJob, ...]:

@@ -75,6 +75,7 @@ DECIDES: dict[str, DecideFn] = {
 }
 # For each decide plugin, when it could act with no event, jobs waiting or not.
 DECIDE_RECHECKS: dict[str, RecheckFn] = {
+    "deadlines": deadlines.recheck_at,
     "timeslice": timeslice_turns.recheck_at,
     "pack": pack.recheck_at,
 }
@@ -223,7 +224,7 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             isinstance(value, int) and not isinstance(value, bool) and value >= MIN_SAMPLES
         ):
             raise ProfileError(f"settings.{key}", f"expected a whole number ≥ {MIN_SAMPLES}")
-        if key == "timeslice_s" and not (
+        if key in ("timeslice_s", "deadline_lease_s") and not (
             isinstance(value, int | float) and not isinstance(value, bool) and value > 0
         ):
             raise ProfileError(f"settings.{key}", "expected a number above 0 (seconds)")

@@ -40,6 +40,10 @@ class Settings:
     # then refused ones asked again, earliest deadline first.
     deadline_efficiency: float = 0.9
     deadline_decisions: int = 256
+    # Chronus's lease: besides each arrival of a job with a deadline, admission decides
+    # again at the first plan of each lease (the clock cut into leases of this length):
+    # refused jobs that may fit now, guarantees the cluster can no longer keep.
+    deadline_lease_s: float = 1200.0
     # A guaranteed job with less slack than this (deadline - now - remaining run time)
     # goes before every other job and may preempt; with more, it takes its turn by
     # remaining time and preempts nobody, so that best-effort jobs are not kept waiting

@@ -263,6 +263,9 @@ class Snapshot:
     # Pending jobs that GPUs on their way out are for (the last plan's `Plan.claimants`,
     # kept by the shell): a plan serves them first.
     claimants: frozenset[str] = frozenset()
+    # When the shell's previous plan was made (its `now`); None: none since it started.
+    # What happens once a period (Chronus's lease) happens at the first plan past it.
+    planned_before: float | None = None
 
 
 @dataclass(slots=True)

@@ -163,6 +163,7 @@ class Simulation:
         self._recheck_at: float | None = None  # the last plan's Plan.recheck_at
         self._changed = False  # whether the last instant's plans changed anything
         self._claimants: frozenset[str] = frozenset()  # the last plan's Plan.claimants
+        self._planned_before: float | None = None  # the instant of the last plan
         # Actions whose effect a plan at the same instant already saw (_worth_replanning):
         # deadline answers were already in the plan's view, and so were the GPUs its
         # suspensions freed (a policy's view frees them at once, unlike a preemption's)
@@ -279,6 +280,7 @@ class Simulation:
         for _ in range(self.options.max_rounds):
             snapshot = self.snapshot(now)
             plan = self.profile.plan(snapshot, now)
+            self._planned_before = now
             self.ledger.plan_calls += 1
             changed = self._apply(plan, now)
             self._changed |= changed
@@ -315,6 +317,7 @@ class Simulation:
             multi_node=True,
             service_history=self.service.history,
             claimants=self._claimants,
+            planned_before=self._planned_before,
         )
 
     def _pending_window(self) -> tuple[PendingJob, ...]:

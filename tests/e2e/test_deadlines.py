@@ -1,6 +1,7 @@
 """Chronus live: a deadline answered at submission, a guaranteed job preempting a
 best-effort one to start, deadlines refused with the reason, and a refused one
-guaranteed at the next decision once room has come, through curl."""
+guaranteed at the next decision once room has come (at an arrival, or when a lease
+begins), through curl."""
 
 from __future__ import annotations
 
@@ -98,3 +99,26 @@ def test_deadlines_are_guaranteed_or_refused_at_submission(cluster: Cluster) -> 
     # Still queued or running, so its answer could have changed: it did not.
     assert JobState(cluster.job(alice, hopeless.body["id"])["state"]) not in TERMINAL
     assert cluster.job(alice, hopeless.body["id"])["deadline"] == refused
+
+
+def test_a_refused_deadline_is_guaranteed_at_the_next_lease_without_an_arrival(
+    cluster: Cluster,
+) -> None:
+    cluster.extra_schedd_config = CHRONUS + "deadline_lease_s = 2\n"
+    cluster.start_schedd()
+    cluster.start_agent("node-a", gpus=2)
+    alice = cluster.token("alice")
+    crowding = with_deadline(cluster, alice, "a", gpus=2, runtime_s=1500)
+    assert crowding.body["deadline"]["guaranteed"] is True, crowding.body
+    squeezed = with_deadline(cluster, alice, "c", gpus=1, runtime_s=600)
+    assert squeezed.body["deadline"]["guaranteed"] is False, squeezed.body
+
+    # Nothing else is submitted: the decision comes with a lease (every 2 s here).
+    assert cluster.curl("POST", f"/v1/jobs/{crowding.body['id']}/cancel", alice).status == 202
+
+    def guaranteed_again() -> dict[str, Any] | None:
+        answer: dict[str, Any] = cluster.job(alice, squeezed.body["id"])["deadline"]
+        return answer if answer["guaranteed"] else None
+
+    again = wait_until(guaranteed_again, what="the refused deadline guaranteed at a lease")
+    assert again["reason"].startswith("guaranteed: "), again

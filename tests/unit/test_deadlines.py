@@ -323,10 +323,54 @@ def test_a_job_guaranteed_again_and_urgent_preempts_in_the_same_plan() -> None:
     assert preempted(plan) == {"be"}
 
 
-def test_a_refused_deadline_waits_for_an_arrival_to_be_decided_again() -> None:
+@pytest.mark.parametrize(
+    ("before", "decided"),
+    [(None, True), (1199.0, True), (1200.0, False), (1700.0, False)],
+    ids=["first-plan", "lease-before", "lease-began-here", "same-lease"],
+)
+def test_a_refused_deadline_is_decided_again_at_the_first_plan_of_a_lease(
+    before: float | None, decided: bool
+) -> None:
+    """No arrival: the plan at 1,800 s decides again only if the plan before it was made
+    in an earlier 20-minute lease (or none was made since the shell started)."""
     n = node("a", 8)
-    refused = with_deadline(pending("refused", 8, estimate_s=H), 2 * H, False)
-    assert decisions(run("chronus", snapshot([n], [refused]))) == {}  # type: ignore[list-item]
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 3 * H, False)
+    snap = dataclasses.replace(snapshot([n], [refused]), planned_before=before)  # type: ignore[list-item]
+    plan = run("chronus", snap, now=1800.0)
+    assert decisions(plan) == ({"refused": True} if decided else {})
+
+
+@pytest.mark.parametrize("profile", ["chronus", "default-deadlines"])
+def test_a_lease_withdraws_a_guarantee_the_cluster_can_no_longer_keep(profile: str) -> None:
+    """`late`, guaranteed, has waited so long that 1.5 h of work no longer fits before
+    its deadline an hour away: the lease's decision says so, with no arrival."""
+    n = node("a", 8)
+    busy = placed("busy", n, list(range(8)), started_at=0.0, estimate_s=10 * H)
+    late = with_deadline(pending("late", 8, estimate_s=1.5 * H), 2 * H, True)
+    ok = with_deadline(pending("ok", 1, estimate_s=600.0), 5 * H, True)
+    snap = snapshot([n], [late, ok], [busy])  # type: ignore[list-item]
+    now = H + 300.0  # in the lease of 3,600 to 4,800 s
+    same_lease = run(profile, dataclasses.replace(snap, planned_before=H + 100.0), now=now)
+    assert decisions(same_lease) == {}
+    plan = run(profile, dataclasses.replace(snap, planned_before=H - 100.0), now=now)
+    assert decisions(plan) == {"late": False}
+    withdrawn = next(a for a in plan.actions if isinstance(a, AdmitDeadline))
+    assert "cannot finish in time" in withdrawn.reason
+
+
+@pytest.mark.parametrize(
+    ("jobs", "recheck"), [(["slo"], 2400.0), (["other"], None)], ids=["deadline", "none"]
+)
+def test_a_plan_asks_to_be_made_again_at_the_next_lease_while_a_job_has_a_deadline(
+    jobs: list[str], recheck: float | None
+) -> None:
+    n = node("a", 8)
+    made = {
+        "slo": with_deadline(placed("slo", n, [0], started_at=0.0, estimate_s=H), 5 * H, False),
+        "other": placed("other", n, [0], started_at=0.0, estimate_s=H),
+    }
+    snap = snapshot([n], [], [made[j] for j in jobs])  # type: ignore[misc]
+    assert run("chronus", snap, now=1800.0).recheck_at == recheck
 
 
 def test_urgent_guarantees_go_first_then_shortest_remaining_time() -> None:
@@ -389,7 +433,8 @@ def test_a_guarantee_that_is_not_urgent_yet_waits_and_says_when_it_will_be() -> 
     n = node("a", 1)
     running = [placed("be", n, [0], started_at=0.0, estimate_s=10 * H)]
     job = with_deadline(pending("slo", 1, estimate_s=H), 5000.0 + 4 * H, True)
-    plan = run("chronus", snapshot([n], [job], running), now=5000.0)  # type: ignore[list-item]
+    snap = snapshot([n], [job], running)  # type: ignore[list-item]
+    plan = run("chronus", snap, now=5000.0, deadline_lease_s=24 * H)  # no lease ends first
     # Three hours of slack: no preemption yet, but a plan again when it falls to 40 min.
     assert preempted(plan) == set()
     assert plan.recheck_at == 5000.0 + 3 * H - 2400.0
@@ -401,7 +446,9 @@ def test_a_refused_deadline_waits_like_a_best_effort_job() -> None:
     n = node("a", 2)
     running = [placed("be", n, [0, 1], started_at=0.0, estimate_s=10 * H)]
     job = with_deadline(pending("refused", 2, estimate_s=H), 3 * H, False)
-    plan = run("chronus", snapshot([n], [job], running), now=5400.0)  # type: ignore[list-item]
+    snap = snapshot([n], [job], running)  # type: ignore[list-item]
+    # Not decided again (the plan before was in this lease): it stays refused.
+    plan = run("chronus", dataclasses.replace(snap, planned_before=5000.0), now=5400.0)
     assert preempted(plan) == set()
     assert plan.waiting["refused"].code == "no_capacity"
 

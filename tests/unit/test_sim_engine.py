@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from schedd.policy import Profile, profile
+from schedd.policy import Profile, build, profile
 from schedd.policy.actions import Launch, Plan, Preempt, SetLimits, Stop
+from schedd.policy.profiles import BUILTIN
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
@@ -480,6 +481,26 @@ def test_chronus_guarantees_a_deadline_fifo_would_miss_and_records_its_answers()
     assert start == 1_500 and finish == 2_100
     assert chronus.deadline_missed == 1 and chronus.preemptions == 1
     assert by_id(result)["hopeless"][0] == 2_100
+
+
+@pytest.mark.parametrize(("lease_s", "admitted"), [(1200.0, 2), (86_400.0, 1)])
+def test_chronus_decides_a_refused_deadline_again_when_a_lease_begins(
+    lease_s: float, admitted: int
+) -> None:
+    """`r` (1,000 s, due at 2,150) is refused on arrival: behind `g`'s guarantee the
+    bound leaves 0.9 x 2,140 GPU-s for 1,990 of work. Both run (`r` as best-effort from
+    1,000 s on); at 1,200 s, the second 20-minute lease, with no arrival since, it is
+    decided again and now fits (800 s left by 2,150). With day-long leases, no decision
+    comes before it ends."""
+    jobs = [job("g", 0, 1_000, deadline=1_200), job("r", 10, 1_000, deadline=2_150)]
+    spec = dataclasses.replace(
+        BUILTIN["chronus"],
+        settings=dataclasses.replace(BUILTIN["chronus"].settings, deadline_lease_s=lease_s),
+    )
+    summary = summarize(simulate(jobs, "1x1", build("chronus", spec)))
+    assert summary.actions["AdmitDeadline"] == admitted
+    assert summary.actions["RefuseDeadline"] == 1
+    assert summary.deadline_missed == 0
 
 
 @pytest.mark.parametrize("name", ["default", "las", "tiresias", "gandiva"])

@@ -1,21 +1,25 @@
-"""Which deadlines are guaranteed (Chronus's admission), decided at each arrival.
+"""Which deadlines are guaranteed (Chronus's admission), decided at each arrival and
+each lease.
 
-Every pending job with a deadline and no answer yet is decided together with the jobs
-already guaranteed, by `deadline_admission` (a MILP); the answers go out as
-`AdmitDeadline` actions for the shell to record, and into the view for this cycle's
-order and make-room plugins (`admitted`). A job refused earlier (or whose guarantee was
-withdrawn), waiting or running as best-effort, that could still finish in time alone
-is decided again after the newcomers, earliest deadline first, in what the guarantees
-then standing leave (room its refusal lacked may have come since: a guaranteed job
-ended early, or was cancelled). Chronus decides again each lease; this, at each
-arrival of a job with a deadline. A greedy pass, not the program, so that asking again
-costs little; re-decisions share `deadline_decisions` with the newcomers, who come
-first. With no job waiting for an answer nothing is solved: guarantees and refusals
-stand until the next decision.
+A decision is made when a pending job with a deadline has no answer yet, and at the
+first plan of each lease (`deadline_lease_s`: the clock cut into leases, the plan
+before this one made in an earlier lease, or none made since the shell started) while
+any job has a deadline. Every undecided job is decided together with the jobs already
+guaranteed, by `deadline_admission` (a MILP); the answers go out as `AdmitDeadline`
+actions for the shell to record, and into the view for this cycle's order and
+make-room plugins (`admitted`). A guarantee the cluster can no longer keep (a node
+gone, a job that waited too long) is withdrawn so. A job refused earlier (or whose
+guarantee was withdrawn), waiting or running as best-effort, that could still finish
+in time alone is decided again after the newcomers, earliest deadline first, in what
+the guarantees then standing leave (room its refusal lacked may have come since: a
+guaranteed job ended early, or was cancelled). A greedy pass, not the program, so
+that asking again costs little; re-decisions share `deadline_decisions` with the
+newcomers, who come first. Between decisions, guarantees and refusals stand.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -23,7 +27,7 @@ from schedd.policy.actions import Action, AdmitDeadline
 from schedd.policy.deadline_admission import DeadlineJob, decide_again, out_of_reach
 from schedd.policy.deadline_admission import decide as solve
 from schedd.policy.kept import Kept
-from schedd.policy.snapshot import PendingJob, PlacedJob
+from schedd.policy.snapshot import PendingJob, PlacedJob, Snapshot
 from schedd.policy.view import View
 
 _KEY = ("deadline_admitted",)
@@ -56,7 +60,7 @@ def decide(view: View) -> list[Action]:
     undecided = [
         j for j in snapshot.pending if j.deadline is not None and j.deadline_admitted is None
     ][:most]
-    if not undecided:
+    if not undecided and not (_lease_began(view) and _any_deadline(snapshot)):
         return []
     committed: list[PendingJob | PlacedJob] = [
         *_committed(snapshot.placed, _placed),
@@ -81,6 +85,26 @@ def decide(view: View) -> list[Action]:
             record[job_id] = decision.admitted
     view.memo[_KEY] = record
     return actions
+
+
+def recheck_at(view: View) -> float | None:
+    """The start of the next lease, while any job has a deadline: it is decided again
+    then, arrivals or not."""
+    if not _any_deadline(view.snapshot):
+        return None
+    lease = view.settings.deadline_lease_s
+    return (math.floor(view.now / lease) + 1) * lease
+
+
+def _lease_began(view: View) -> bool:
+    """Whether this is the first plan of a lease."""
+    before = view.snapshot.planned_before
+    lease = view.settings.deadline_lease_s
+    return before is None or math.floor(view.now / lease) > math.floor(before / lease)
+
+
+def _any_deadline(snapshot: Snapshot) -> bool:
+    return any(j.deadline is not None for jobs in (snapshot.pending, snapshot.placed) for j in jobs)
 
 
 def _refused_in_reach(view: View) -> list[DeadlineJob]:
