@@ -36,7 +36,6 @@ from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKin
 from schedd.policy.immutable import immutable
 from schedd.policy.kept import Kept
 from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers, hold_room
-from schedd.policy.order.priority import key as priority_key
 from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
@@ -140,21 +139,17 @@ def _served(
 ) -> Iterator[PendingJob]:
     """The pending jobs in the order's order, the claimants (`first`: `Plan.claimants`
     kept by the shell) before the rest: the stops were made for them, and a job the
-    order puts first now would take the GPUs and leave them to preempt again. Among
-    themselves the claimants go by priority, then oldest submission first
-    (`order.priority.key`), an order that holds from plan to plan where the order's own
-    need not (time alone moves fair shares), so two claimants never trade the GPUs each
-    counts on. A claimant that claims nothing this time (`again`, filled as the
-    claimants are served) comes again in its place in the order, where it may block or
-    reserve as any job there."""
+    order puts first now would take the GPUs and leave them to preempt again. A
+    claimant that claims nothing this time (`again`, filled as the claimants are
+    served) comes again in its place in the order, where it may block or reserve as any
+    job there."""
     if not first:
         return stages.order(pending, view)  # most plans: no layer between
 
     def claimants_first() -> Iterator[PendingJob]:
-        claimants = [j for j in pending if j.job_id in first]
-        yield from sorted(claimants, key=priority_key)
-        # The whole sequence, not a copy without the claimants: orders may keep their
-        # sort by the sequence's identity from plan to plan.
+        yield from stages.order([j for j in pending if j.job_id in first], view)
+        # The whole sequence again, not a copy without the claimants: orders may keep
+        # their sort by the sequence's identity from plan to plan.
         for job in stages.order(pending, view):
             if job.job_id not in first or job.job_id in again:
                 yield job

@@ -476,36 +476,6 @@ def test_a_claimant_is_held_the_cpus_and_memory_it_counts_on(profile: str, stops
     assert "a0" in launches(plan_with(1, 16 * gib))  # 11 - 10 CPUs, 48 - 32 GiB are left
 
 
-@pytest.mark.parametrize("profile", ["default", "drf", "las"])
-def test_claimants_are_served_oldest_first_whatever_the_order_says(profile: str) -> None:
-    """Both claimants of the last plan, of queue a (below its guarantee), want
-    b-leaving's 2 GPUs, the only ones to be had (the rest are too young to preempt).
-    c-new, Bob's, comes first in the fair order (Alice runs a job in a, Bob none);
-    c-old, Alice's, was submitted first and goes first among the claimants, every plan,
-    so the two never trade the GPUs with time. c-new claims nothing and waits in its
-    place."""
-    n1 = node("n1", 4)
-    leaving = placed("b-leaving", n1, [0, 1], queue="b", user="carol", state="preempting")
-    young = [
-        placed("b-young", n1, [2], queue="b", user="carol", started_at=9_900.0),
-        placed("a-young", n1, [3], queue="a", user="alice", started_at=9_900.0),
-    ]
-    queues = (QueueSpec("a", guarantee=Resources(gpus=4)), QueueSpec("b"))
-    jobs = [
-        pending("c-old", 2, at=1.0, queue="a", user="alice"),
-        pending("c-new", 2, at=2.0, queue="a", user="bob"),
-    ]
-    snap = snapshot([n1], jobs, [leaving, *young], queues=queues)
-    view = View.build(snap, 10_000.0, BUILTIN[profile].settings)
-    in_order = stages(BUILTIN[profile], profile).order(snap.pending, view)
-    assert next(iter(in_order)).job_id == "c-new"  # what the order alone says
-    snap = dataclasses.replace(snap, claimants=frozenset({"c-old", "c-new"}))
-    plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
-    assert "b-leaving" in plan.waiting["c-old"].reason
-    assert "b-leaving" not in plan.waiting["c-new"].reason
-    assert plan.claimants == {"c-old"} and not preempted(plan)
-
-
 def _leaver_for_e() -> tuple[list[PlacedJob], tuple[QueueSpec, ...]]:
     """n1: b-leaving on GPUs 0-3, on its way out for E; young jobs (too young to
     preempt, with more service than anyone waiting) on 4-7; all of queue a, E's, which
