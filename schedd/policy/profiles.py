@@ -319,9 +319,10 @@ BUILTIN: dict[str, ProfileSpec] = {
         decide=("timeslice", "pack"),
         anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
     ),
-    # Chronus: deadlines guaranteed by a MILP when a job arrives, guaranteed jobs first
-    # (least slack first, preempting jobs without a guarantee after a 20-minute lease),
-    # everyone else by shortest remaining time; GPU counts placed as 1, 2, 4 or 8n.
+    # Chronus: deadlines guaranteed by a MILP when a job arrives and at each 20-minute
+    # lease, guaranteed jobs first (least slack first, preempting jobs without a
+    # guarantee after a lease), everyone else by shortest remaining time; GPU counts
+    # placed as 1, 2, 4 or 8n.
     # Run times as Chronus's profiler measures them: the true ones in the simulator,
     # the spec's estimated_runtime_s, else the resource estimator's, live.
     "chronus": ProfileSpec(
