@@ -281,7 +281,6 @@ class Scheduler:
             plan = await asyncio.to_thread(self._plan, snapshot, now)
         else:
             plan = self._plan(snapshot, now)
-        self._planned_before = now
         planned = time.perf_counter()
         launched = preempted = suspended = resumed = migrated = resized = packed = 0
         kinds_changed = False
@@ -330,6 +329,9 @@ class Scheduler:
         )
         self._busy = bool(snapshot.pending or snapshot.placed)
         self._recheck_at = plan.recheck_at
+        # Once its actions are carried out: a cycle that failed before plans its lease
+        # decisions again.
+        self._planned_before = now
         if plan.claimants != snapshot.claimants:
             await self._keep_claimants(plan.claimants)
         if any(w.code == NO_SHAREABLE_GPU for w in plan.waiting.values()):

@@ -7,6 +7,7 @@ operators can also assemble their own profile from these names in schedd.toml.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -224,7 +225,14 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             isinstance(value, int) and not isinstance(value, bool) and value >= MIN_SAMPLES
         ):
             raise ProfileError(f"settings.{key}", f"expected a whole number ≥ {MIN_SAMPLES}")
-        if key in ("timeslice_s", "deadline_lease_s") and not (
+        if key == "deadline_lease_s" and not (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 1
+        ):
+            raise ProfileError(f"settings.{key}", "expected a number of seconds, at least 1")
+        if key == "timeslice_s" and not (
             isinstance(value, int | float) and not isinstance(value, bool) and value > 0
         ):
             raise ProfileError(f"settings.{key}", "expected a number above 0 (seconds)")
@@ -345,7 +353,8 @@ BUILTIN: dict[str, ProfileSpec] = {
         anticipate=("shrink", "defragment", "relieve", "gather", "grow"),
     ),
     # `default-guaranteed` with Chronus's admission: a deadline is guaranteed or refused
-    # by the MILP when the job arrives, and the Gittins preemption spares a running job
+    # by the MILP when the job arrives (and decided again at each lease), and the
+    # Gittins preemption spares a running job
     # whose guaranteed deadline is urgent (`deadline_urgent_s` of slack or less); the
     # order stays `default-guaranteed`'s. Run times for slack and admission as in `chronus`.
     "default-deadlines": ProfileSpec(

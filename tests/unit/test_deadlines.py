@@ -340,10 +340,21 @@ def test_a_refused_deadline_is_decided_again_at_the_first_plan_of_a_lease(
     assert decisions(plan) == ({"refused": True} if decided else {})
 
 
+def test_the_plan_a_lease_asks_for_decides_whatever_a_float_division_rounds_to() -> None:
+    """Leases of 3.3 s: the third begins at 3 x 3.3 = 9.899999999999999 s, which divided
+    by 3.3 floors to 2, not 3. The plan asked for then is still the lease's first."""
+    n = node("a", 8)
+    refused = with_deadline(pending("refused", 8, estimate_s=H), 3 * H, False)
+    snap = dataclasses.replace(snapshot([n], [refused]), planned_before=8.0)  # type: ignore[list-item]
+    asked = run("chronus", snap, now=8.0, deadline_lease_s=3.3).recheck_at
+    assert asked is not None and asked == 3 * 3.3
+    assert decisions(run("chronus", snap, now=asked, deadline_lease_s=3.3)) == {"refused": True}
+
+
 @pytest.mark.parametrize("profile", ["chronus", "default-deadlines"])
 def test_a_lease_withdraws_a_guarantee_the_cluster_can_no_longer_keep(profile: str) -> None:
     """`late`, guaranteed, has waited so long that 1.5 h of work no longer fits before
-    its deadline an hour away: the lease's decision says so, with no arrival."""
+    its deadline 55 minutes away: the lease's decision says so, with no arrival."""
     n = node("a", 8)
     busy = placed("busy", n, list(range(8)), started_at=0.0, estimate_s=10 * H)
     late = with_deadline(pending("late", 8, estimate_s=1.5 * H), 2 * H, True)

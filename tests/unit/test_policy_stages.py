@@ -9,12 +9,14 @@ import pytest
 from schedd.policy import build, framework, profile
 from schedd.policy.actions import Launch, Preempt, Reserve, SetKind, Suspend
 from schedd.policy.gittins import ServiceHistory
+from schedd.policy.make_room.victims import hold_room, leaving_jobs
+from schedd.policy.placement import Placement
 from schedd.policy.profiles import BUILTIN, stages
 from schedd.policy.queues import QueueSpec
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob, Usage
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob, Request, Shard, Usage
 from schedd.policy.view import View
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
@@ -474,6 +476,43 @@ def test_a_claimant_is_held_the_cpus_and_memory_it_counts_on(profile: str, stops
         assert preempted(plan) == ({"b-leaving"} if stops else set())
         assert "a0" not in launches(plan) and plan.waiting["a0"].code != "preempting"
     assert "a0" in launches(plan_with(1, 16 * gib))  # 11 - 10 CPUs, 48 - 32 GiB are left
+
+
+@pytest.mark.parametrize("profile", ["drf", "default"])
+def test_the_cpus_a_claimant_counts_on_from_a_leaver_are_for_no_later_job(profile: str) -> None:
+    """a1 (4 GPUs, 12 CPUs) will run on the 4 free GPUs, whose node has 4 CPUs free: the
+    other 8 it counts on come from b-leaving, whose GPUs it does not take. a2, as big,
+    would run on b-leaving's GPUs with its 12 CPUs; 4 are left of them: it does not wait
+    on b-leaving, and finds no room."""
+    n1 = node("n1", 8, cpus=16)
+    b = placed("b-leaving", n1, [4, 5, 6, 7], 12, queue="b", state="preempting")
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    jobs = [pending("a1", 4, 12, queue="a", at=1.0), pending("a2", 4, 12, queue="a", at=2.0)]
+    snap = dataclasses.replace(
+        snapshot([n1], jobs, [b], queues=queues), claimants=frozenset({"a1"})
+    )
+    plan = run(profile, snap, now=10_000.0, min_run_s=300.0)
+    assert plan.waiting["a1"].code == "preempting" and "b-leaving" in plan.waiting["a1"].reason
+    assert plan.waiting["a2"].code == "no_capacity" and "CPUs" in plan.waiting["a2"].reason
+    assert plan.claimants == {"a1"} and not launches(plan)
+
+
+def test_a_leaver_across_nodes_keeps_what_it_frees_where_the_claimant_takes_none_of_it() -> None:
+    """L runs on A and B, 8 CPUs on each. J will run on L's GPUs on A and on free GPUs
+    of B: L's CPUs on A go with its GPUs to J; on B, J holds the 8 free CPUs it needs,
+    and L's 8 there stay L's to free for a later job."""
+    a, b = node("A", 4, cpus=16), node("B", 4, cpus=16)
+    gone = placed("L", a, [0, 1], queue="b", state="preempting")
+    spread = (Shard("A", ("A-g0", "A-g1")), Shard("B", ("B-g2", "B-g3")))
+    gone = dataclasses.replace(gone, shards=spread, request=Request(4, 16.0, 2048))
+    young = placed("Y", a, [2, 3], 1, started_at=9_900.0)
+    snap = snapshot([a, b], [pending("J", 4, 16)], [gone, young], multi_node=True)
+    view = View.build(snap, 10_000.0, Settings())
+    room = Placement((Shard("A", ("A-g0", "A-g1")), Shard("B", ("B-g0", "B-g1"))))
+    hold_room(snap.pending[0], view, lambda _job, _view: room)
+    assert (len(view.capacity["B"].free_gpus), view.capacity["B"].cpus) == (0, 0.0)
+    left = [(p.shards, p.request.cpus) for p in leaving_jobs(view)]
+    assert left == [((Shard("B", ("B-g2", "B-g3")),), 8.0)]
 
 
 def _leaver_for_e() -> tuple[list[PlacedJob], tuple[QueueSpec, ...]]:

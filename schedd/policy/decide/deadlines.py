@@ -92,15 +92,19 @@ def recheck_at(view: View) -> float | None:
     then, arrivals or not."""
     if not _any_deadline(view.snapshot):
         return None
-    lease = view.settings.deadline_lease_s
-    return (math.floor(view.now / lease) + 1) * lease
+    return _next_lease(view.now, view.settings.deadline_lease_s)
 
 
 def _lease_began(view: View) -> bool:
-    """Whether this is the first plan of a lease."""
+    """Whether this is the first plan of a lease: the next lease after the plan before
+    began by now (found as `recheck_at` finds it, so that the plan it asked for is one,
+    whatever a float division rounds to)."""
     before = view.snapshot.planned_before
-    lease = view.settings.deadline_lease_s
-    return before is None or math.floor(view.now / lease) > math.floor(before / lease)
+    return before is None or view.now >= _next_lease(before, view.settings.deadline_lease_s)
+
+
+def _next_lease(after: float, lease: float) -> float:
+    return (math.floor(after / lease) + 1) * lease
 
 
 def _any_deadline(snapshot: Snapshot) -> bool:

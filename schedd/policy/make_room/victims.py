@@ -118,11 +118,12 @@ def hold_room(
     job: PendingJob, view: View, place: PlaceFn, stopped: Sequence[PlacedJob] = ()
 ) -> Placement | NoFit:
     """Where `job` will run once the jobs on their way out, and those this plan stops for
-    it (`stopped`), have left; what it counts on there that is free now (GPUs, and the
-    CPUs and memory beyond those the jobs whose GPUs it takes will free) is held for it
-    for the rest of the plan, and the leavers' GPUs it will use count for no later job.
-    A later job taking them would leave the stops for nothing and the job short again,
-    to stop more once they are done."""
+    it (`stopped`), have left. What it counts on there is kept from the rest of the
+    plan: the free GPUs, and the CPUs and memory it needs beyond those the jobs whose
+    GPUs it takes will free, from what is free now and, short of that, from what other
+    leavers on the node will free; the leavers' part it counts on is for no later job.
+    A later job taking any of it would leave the stops for nothing and the job short
+    again, to stop more once they are done."""
     known = cast(
         "tuple[tuple[PlacedJob, ...], Placement] | None", view.memo.get((_ROOM, job.job_id))
     )
@@ -136,21 +137,25 @@ def hold_room(
         freed = _freed_for(gone, found.shards)
         held = []
         claimed: set[str] = set()
+        short: dict[str, list[float]] = {}  # node -> [CPUs, memory] owed by other leavers
         parts = shard_requests(job.request, found.shards)
         for shard, part in zip(found.shards, parts, strict=True):
             cap = view.capacity[shard.node_id]
             free = {g.uuid for g in cap.free_gpus}
             mine = tuple(u for u in shard.gpu_uuids if u in free)
             cpus, memory = freed.get(shard.node_id, (0.0, 0))
-            rest = Request(
-                0,
-                min(max(part.cpus - cpus, 0.0), max(cap.cpus, 0.0)),
-                min(max(part.memory_mib - memory, 0), max(cap.memory_mib, 0)),
-            )
+            need_cpus, free_cpus = max(part.cpus - cpus, 0.0), max(cap.cpus, 0.0)
+            need_memory, free_memory = max(part.memory_mib - memory, 0), max(cap.memory_mib, 0)
+            rest = Request(0, min(need_cpus, free_cpus), min(need_memory, free_memory))
             if mine or rest.cpus or rest.memory_mib:
                 held.append((Shard(shard.node_id, mine), rest))
+            if need_cpus > free_cpus or need_memory > free_memory:
+                short[shard.node_id] = [
+                    max(need_cpus - free_cpus, 0.0),
+                    max(need_memory - free_memory, 0),
+                ]
             claimed.update(u for u in shard.gpu_uuids if u not in free)
-        _claim(view, claimed)
+        _claim(view, claimed, short)
         view.hold(tuple(held))  # a new generation: the leavers changed too
     return found
 
@@ -172,28 +177,44 @@ def _freed_for(
     return freed
 
 
-def _claim(view: View, gpus: set[str]) -> None:
+def _claim(view: View, gpus: set[str], short: dict[str, list[float]]) -> None:
     """The leavers' GPUs a waiting job will run on count for no later job of the plan:
     each would otherwise wait on the same stops, and preempt only once the first had
-    taken them. What a leaver frees beyond them stays counted, by GPU alone (its CPUs
-    and memory go with the claimed part: the claimant's placement counted on them)."""
-    if not gpus:
+    taken them. A leaver's CPUs and memory on a node where the job takes its GPUs go
+    with them (the claimant's placement counted on them); `short` is, per node, what
+    the job counts on beyond those and beyond what is free now: taken from the other
+    leavers there, in turn. What the leavers free beyond that stays counted."""
+    if not gpus and not short:
         return
     pieces: list[PlacedJob] = []
     for piece in leaving_jobs(view):
-        if all(u not in gpus for u in piece.gpu_uuids):
+        if all(u not in gpus for u in piece.gpu_uuids) and all(
+            s.node_id not in short for s in piece.shards
+        ):
             pieces.append(piece)
             continue
-        for shard in piece.shards:
-            if rest := tuple(u for u in shard.gpu_uuids if u not in gpus):
-                pieces.append(_gpus_of(piece, Shard(shard.node_id, rest)))
+        parts = shard_requests(piece.request, piece.shards)
+        for shard, part in zip(piece.shards, parts, strict=True):
+            rest = tuple(u for u in shard.gpu_uuids if u not in gpus)
+            if len(rest) < len(shard.gpu_uuids):
+                if rest:
+                    pieces.append(_part_of(piece, Shard(shard.node_id, rest)))
+                continue
+            cpus, memory = part.cpus, part.memory_mib
+            owed = short.get(shard.node_id)
+            if owed is not None:
+                taken_cpus, taken_memory = min(cpus, owed[0]), min(memory, int(owed[1]))
+                owed[0] -= taken_cpus
+                owed[1] -= taken_memory
+                cpus, memory = cpus - taken_cpus, memory - taken_memory
+            pieces.append(_part_of(piece, shard, cpus, memory))
     view.memo[("leaving",)] = pieces
 
 
-def _gpus_of(job: PlacedJob, shard: Shard) -> PlacedJob:
-    """The part of a leaving job that frees these GPUs and nothing else (its CPUs and
-    memory stay with it, or with whoever counted on them)."""
-    return replace(job, shards=(shard,), request=Request(len(shard.gpu_uuids), 0.0, 0))
+def _part_of(job: PlacedJob, shard: Shard, cpus: float = 0.0, memory_mib: int = 0) -> PlacedJob:
+    """The part of a leaving job that frees these GPUs, and these CPUs and memory (by
+    default none: they stay with it, or with whoever counted on them)."""
+    return replace(job, shards=(shard,), request=Request(len(shard.gpu_uuids), cpus, memory_mib))
 
 
 def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
@@ -209,7 +230,7 @@ def _freed_pieces(job: PlacedJob) -> list[PlacedJob]:
         # It stays on this node: its CPUs and memory too.
         freed = tuple(u for u in shard.gpu_uuids if u not in kept)
         if freed:
-            pieces.append(_gpus_of(job, Shard(shard.node_id, freed)))
+            pieces.append(_part_of(job, Shard(shard.node_id, freed)))
     return pieces
 
 
