@@ -348,7 +348,13 @@ def test_the_plan_a_lease_asks_for_decides_whatever_a_float_division_rounds_to()
     snap = dataclasses.replace(snapshot([n], [refused]), planned_before=8.0)  # type: ignore[list-item]
     asked = run("chronus", snap, now=8.0, deadline_lease_s=3.3).recheck_at
     assert asked is not None and asked == 3 * 3.3
-    assert decisions(run("chronus", snap, now=asked, deadline_lease_s=3.3)) == {"refused": True}
+    at_lease = run("chronus", snap, now=asked, deadline_lease_s=3.3)
+    assert decisions(at_lease) == {"refused": True}
+    # The plan made at the boundary asks for the next lease, not for its own instant,
+    # and a plan later in the same lease decides nothing.
+    assert at_lease.recheck_at == 4 * 3.3
+    later = dataclasses.replace(snap, planned_before=asked)
+    assert decisions(run("chronus", later, now=asked + 0.5, deadline_lease_s=3.3)) == {}
 
 
 @pytest.mark.parametrize("profile", ["chronus", "default-deadlines"])

@@ -497,6 +497,24 @@ def test_the_cpus_a_claimant_counts_on_from_a_leaver_are_for_no_later_job(profil
     assert plan.claimants == {"a1"} and not launches(plan)
 
 
+@pytest.mark.parametrize("profile", ["drf", "default"])
+def test_a_claimant_counts_first_on_its_own_victims_cpus_not_on_a_leavers(profile: str) -> None:
+    """J (4 GPUs, 12 CPUs) fits on the 4 free GPUs but for CPUs (4 free): it stops V,
+    whose 8 CPUs make up the rest. L, on its way out already, frees 2 GPUs and 4 CPUs
+    that J does not need: K (2 GPUs, 4 CPUs) waits on them."""
+    n1 = node("n1", 8, cpus=16)
+    held = [
+        placed("L", n1, [4, 5], 4, queue="b", state="preempting"),
+        placed("V", n1, [6, 7], 8, queue="b", started_at=0.0, attained_s=9e5),
+    ]
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    jobs = [pending("J", 4, 12, queue="a", at=1.0), pending("K", 2, 4, queue="a", at=2.0)]
+    plan = run(profile, snapshot([n1], jobs, held, queues=queues), now=10_000.0, min_run_s=300.0)
+    assert preempted(plan) == {"V"} and plan.waiting["J"].code == "preempting"
+    assert plan.waiting["K"].code == "preempting" and "L" in plan.waiting["K"].reason
+    assert plan.claimants == {"J", "K"}
+
+
 def test_a_leaver_across_nodes_keeps_what_it_frees_where_the_claimant_takes_none_of_it() -> None:
     """L runs on A and B, 8 CPUs on each. J will run on L's GPUs on A and on free GPUs
     of B: L's CPUs on A go with its GPUs to J; on B, J holds the 8 free CPUs it needs,

@@ -104,7 +104,14 @@ def _lease_began(view: View) -> bool:
 
 
 def _next_lease(after: float, lease: float) -> float:
-    return (math.floor(after / lease) + 1) * lease
+    """The first lease boundary after `after`: the least multiple of `lease` above it
+    (a float division may floor one off either way)."""
+    k = math.floor(after / lease) + 1
+    while k * lease <= after:
+        k += 1
+    while (k - 1) * lease > after:
+        k -= 1
+    return k * lease
 
 
 def _any_deadline(snapshot: Snapshot) -> bool:

@@ -83,7 +83,8 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
     """Placed jobs already on their way out when the cycle began (in the snapshot), as
     what each will free: a job moving within a node (a shrink, or a move to other GPUs
     there) frees only the GPUs it leaves behind, in pieces of one shard each. Less the
-    GPUs that jobs waiting on them earlier in the plan claimed (`await_leavers`)."""
+    GPUs, CPUs and memory that jobs waiting on them earlier in the plan claimed
+    (`hold_room`)."""
     key = ("leaving",)
     known = view.memo.get(key)
     if known is None:
@@ -134,7 +135,10 @@ def hold_room(
     else:
         found = _place_without(job, view, gone, place)
     if isinstance(found, Placement):
-        freed = _freed_for(gone, found.shards)
+        freed = _freed_on(gone, found.shards, taken=True)
+        # What victims of this plan free beside the GPUs it takes: nobody else counts on
+        # it (they are no leavers to later jobs), so it is used first.
+        spare = _freed_on(stopped, found.shards, taken=False)
         held = []
         claimed: set[str] = set()
         short: dict[str, list[float]] = {}  # node -> [CPUs, memory] owed by other leavers
@@ -144,8 +148,10 @@ def hold_room(
             free = {g.uuid for g in cap.free_gpus}
             mine = tuple(u for u in shard.gpu_uuids if u in free)
             cpus, memory = freed.get(shard.node_id, (0.0, 0))
-            need_cpus, free_cpus = max(part.cpus - cpus, 0.0), max(cap.cpus, 0.0)
-            need_memory, free_memory = max(part.memory_mib - memory, 0), max(cap.memory_mib, 0)
+            more_cpus, more_memory = spare.get(shard.node_id, (0.0, 0))
+            need_cpus = max(part.cpus - cpus - more_cpus, 0.0)
+            need_memory = max(part.memory_mib - memory - more_memory, 0)
+            free_cpus, free_memory = max(cap.cpus, 0.0), max(cap.memory_mib, 0)
             rest = Request(0, min(need_cpus, free_cpus), min(need_memory, free_memory))
             if mine or rest.cpus or rest.memory_mib:
                 held.append((Shard(shard.node_id, mine), rest))
@@ -160,18 +166,20 @@ def hold_room(
     return found
 
 
-def _freed_for(
-    gone: Sequence[PlacedJob], shards: tuple[Shard, ...]
+def _freed_on(
+    gone: Sequence[PlacedJob], shards: tuple[Shard, ...], taken: bool
 ) -> dict[str, tuple[float, int]]:
-    """Per node, the CPUs and memory that the leavers and victims whose GPUs the shards
-    take free there (they go with the GPUs: `_claim`)."""
-    taken = {u for shard in shards for u in shard.gpu_uuids}
+    """Per node of `shards`, the CPUs and memory that the jobs of `gone` whose GPUs
+    there the shards take (`taken`; they go with the GPUs: `_claim`), or do not take,
+    free there."""
+    gpus = {u for shard in shards for u in shard.gpu_uuids}
+    nodes = {shard.node_id for shard in shards}
     freed: dict[str, tuple[float, int]] = {}
     for piece in gone:
         for shard, part in zip(
             piece.shards, shard_requests(piece.request, piece.shards), strict=True
         ):
-            if any(u in taken for u in shard.gpu_uuids):
+            if shard.node_id in nodes and any(u in gpus for u in shard.gpu_uuids) is taken:
                 cpus, memory = freed.get(shard.node_id, (0.0, 0))
                 freed[shard.node_id] = (cpus + part.cpus, memory + part.memory_mib)
     return freed
