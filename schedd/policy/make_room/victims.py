@@ -135,10 +135,9 @@ def hold_room(
     else:
         found = _place_without(job, view, gone, place)
     if isinstance(found, Placement):
-        freed = _freed_on(gone, found.shards, taken=True)
-        # What victims of this plan free beside the GPUs it takes: nobody else counts on
-        # it (they are no leavers to later jobs), so it is used first.
-        spare = _freed_on(stopped, found.shards, taken=False)
+        # A job that asks for no CPUs or memory (the simulator's) holds GPUs alone.
+        asks = job.request.cpus > 0 or job.request.memory_mib > 0
+        freed, spare = _freed_beside(gone, len(gone) - len(stopped), found.shards, asks)
         held = []
         claimed: set[str] = set()
         short: dict[str, list[float]] = {}  # node -> [CPUs, memory] owed by other leavers
@@ -166,23 +165,36 @@ def hold_room(
     return found
 
 
-def _freed_on(
-    gone: Sequence[PlacedJob], shards: tuple[Shard, ...], taken: bool
-) -> dict[str, tuple[float, int]]:
-    """Per node of `shards`, the CPUs and memory that the jobs of `gone` whose GPUs
-    there the shards take (`taken`; they go with the GPUs: `_claim`), or do not take,
-    free there."""
+def _freed_beside(
+    gone: Sequence[PlacedJob], first_victim: int, shards: tuple[Shard, ...], asks: bool
+) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[float, int]]]:
+    """Per node of `shards`, the CPUs and memory freed by the jobs of `gone` whose GPUs
+    there the shards take (they go with the GPUs: `_claim`), and by the victims of this
+    plan (`gone[first_victim:]`) whose GPUs there they do not take: nobody else counts
+    on those (they are no leavers to later jobs), so they are used first. Nothing where
+    the job asks for no CPUs or memory (not `asks`)."""
+    freed: dict[str, tuple[float, int]] = {}
+    spare: dict[str, tuple[float, int]] = {}
+    if not asks:
+        return freed, spare
     gpus = {u for shard in shards for u in shard.gpu_uuids}
     nodes = {shard.node_id for shard in shards}
-    freed: dict[str, tuple[float, int]] = {}
-    for piece in gone:
+    for i, piece in enumerate(gone):
         for shard, part in zip(
             piece.shards, shard_requests(piece.request, piece.shards), strict=True
         ):
-            if shard.node_id in nodes and any(u in gpus for u in shard.gpu_uuids) is taken:
-                cpus, memory = freed.get(shard.node_id, (0.0, 0))
-                freed[shard.node_id] = (cpus + part.cpus, memory + part.memory_mib)
-    return freed
+            node_id = shard.node_id
+            if node_id not in nodes:
+                continue
+            if any(u in gpus for u in shard.gpu_uuids):
+                into = freed
+            elif i >= first_victim:
+                into = spare
+            else:
+                continue
+            cpus, memory = into.get(node_id, (0.0, 0))
+            into[node_id] = (cpus + part.cpus, memory + part.memory_mib)
+    return freed, spare
 
 
 def _claim(view: View, gpus: set[str], short: dict[str, list[float]]) -> None:
