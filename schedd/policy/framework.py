@@ -40,6 +40,7 @@ from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
     Placement,
+    carried,
     has_room,
     needs_spreading,
     node_can_ever_fit,
@@ -109,6 +110,14 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
             return Wait(
                 "too_large",
                 f"asks for {request.gpus} GPUs; the cluster has {view.total.gpus}",
+            )
+        ever = sum(carried(n.cpus, n.memory_mib, request, len(n.gpus)) for n in nodes)
+        if ever < request.gpus:
+            return Wait(
+                "too_large",
+                f"asks for {request.cpus:g} CPUs and {request.memory_mib} MiB of memory over"
+                f" {request.gpus} GPUs: split by GPU, the nodes could only ever carry {ever}"
+                " of them",
             )
         return None
     why = [node_can_ever_fit(n, request) for n in nodes]

@@ -125,17 +125,44 @@ def no_fit(view: View, job: PendingJob, filtered: Counter[str]) -> NoFit:
     return NoFit(dict(filtered), most)
 
 
+def gang_room(view: View, node_id: str, request: Request, usable: int) -> int:
+    """How many of the `usable` GPUs of the node a gang of `request` may take now
+    (`carried` by what the node has free)."""
+    cap = view.capacity[node_id]
+    return carried(cap.cpus, cap.memory_mib, request, usable)
+
+
+def carried(cpus: float, memory_mib: int, request: Request, gpus: int) -> int:
+    """How many of `gpus` GPUs of a gang of `request` a node with `cpus` and
+    `memory_mib` carries: a gang's CPUs and memory are split over its nodes in
+    proportion to their GPUs (`shard_requests`)."""
+    if not gpus or (request.cpus <= 0 and request.memory_mib <= 0):
+        return gpus
+    total = max(request.gpus, 1)
+    most = gpus
+    while most and not has_room(
+        cpus,
+        memory_mib,
+        Request(most, request.cpus * most / total, request.memory_mib * most // total),
+    ):
+        most -= 1
+    return most
+
+
 def spread(view: View, job: PendingJob, node_ids: Iterable[str]) -> Placement | None:
-    """A gang over the given nodes, emptiest first so that it spans as few as possible."""
+    """A gang over the given nodes, emptiest first so that it spans as few as possible;
+    on each no more GPUs than its free CPUs and memory carry (`gang_room`)."""
     need = job.request.gpus
     usable = [(n, view.usable_gpus(n, job)) for n in node_ids]
-    usable = [(n, g) for n, g in usable if g]
-    if sum(len(g) for _, g in usable) < need:
+    room = {n: gang_room(view, n, job.request, len(g)) for n, g in usable if g}
+    usable = [(n, g) for n, g in usable if room.get(n)]
+    if sum(room[n] for n, _ in usable) < need:
         return None
-    usable.sort(key=lambda ng: (-len(ng[1]), ng[0]))
+    usable.sort(key=lambda ng: (-room[ng[0]], ng[0]))
     shards = []
     for node_id, gpus in usable:
-        take = sorted(gpus, key=unshared_first(view, node_id))[: min(need, len(gpus))]
+        most = min(need, room[node_id])
+        take = sorted(gpus, key=unshared_first(view, node_id))[:most]
         shards.append(Shard(node_id, tuple(g.uuid for g in take)))
         need -= len(take)
         if need == 0:

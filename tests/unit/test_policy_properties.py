@@ -45,9 +45,14 @@ QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
 
 @st.composite
 def clusters(draw: st.DrawFn) -> Snapshot:
+    # Where CPUs are scarce, each running job holds 2 per GPU (and its suspended or
+    # packed copy as much again) and a waiting one asks for 1 to 8 per GPU: CPUs, not
+    # GPUs alone, decide where jobs fit and what a job that preempts must hold.
+    scarce = draw(st.booleans())
+    sizes = [draw(st.integers(1, 8)) for _ in range(draw(st.integers(1, 5)))]
     nodes = [
-        node(f"n{i}", draw(st.integers(1, 8)), rack=f"r{i % 2}")
-        for i in range(draw(st.integers(1, 5)))
+        node(f"n{i}", g, cpus=6 * g + 2 if scarce else 64, rack=f"r{i % 2}")
+        for i, g in enumerate(sizes)
     ]
     queues = tuple(
         QueueSpec(
@@ -70,6 +75,7 @@ def clusters(draw: st.DrawFn) -> Snapshot:
                 f"r{j}",
                 nodes[k],
                 take,
+                2 * len(take) if scarce else 1,
                 queue=draw(st.sampled_from(QUEUE_NAMES)),
                 user=draw(st.sampled_from(["u1", "u2"])),
                 started_at=draw(st.sampled_from([0.0, 9_000.0])),
@@ -116,7 +122,8 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     waiting = [
         pending(
             f"p{j}",
-            draw(st.integers(0, 12)),
+            gpus := draw(st.integers(0, 12)),
+            max(gpus, 1) * draw(st.integers(1, 8)) if scarce else 1,
             at=float(j),
             queue=draw(st.sampled_from(QUEUE_NAMES)),
             user=draw(st.sampled_from(["u1", "u2", "u3"])),

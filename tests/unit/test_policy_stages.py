@@ -122,6 +122,34 @@ def test_a_gang_starts_whole_or_not_at_all() -> None:
     assert plan.waiting["gang"].code == "no_capacity"
 
 
+@pytest.mark.parametrize("profile", ["fifo", "default", "chronus", "liquid", "tiresias"])
+@pytest.mark.parametrize(
+    ("cpus", "busy", "taken"),
+    [(28, False, {"n1": 2, "n2": 1, "n3": 1}), (28, True, "no_capacity"), (36, False, "too_large")],
+    ids=["n1-carries-2", "n3-short-now", "never"],
+)
+def test_a_gang_takes_on_each_node_no_more_gpus_than_its_cpus_carry(
+    profile: str, cpus: int, busy: bool, taken: dict[str, int] | str
+) -> None:
+    """A gang's CPUs are split over its nodes by their GPUs: 4 GPUs and 28 CPUs are 7
+    per GPU, and n1 (3 GPUs, 20 CPUs) carries 2 of them, not 3 (21 CPUs). With a job
+    on n3 holding 4 of its 10 CPUs, n3 carries none now (6 left): 3 of 4, it waits.
+    At 9 CPUs per GPU the nodes could only ever carry 3 of its GPUs (n1 2, n3 1): it
+    never fits."""
+    nodes = [node("n1", 3, cpus=20), node("n2", 1, cpus=8), node("n3", 2, cpus=10)]
+    held = [placed("x", nodes[2], [1], 4)] if busy else []
+    plan = run(profile, snapshot(nodes, [pending("gang", 4, cpus)], held, multi_node=True))
+    if isinstance(taken, str):
+        assert plan.waiting["gang"].code == taken
+    else:
+        shards = launches(plan)["gang"].shards
+        assert {s.node_id: len(s.gpu_uuids) for s in shards} == taken
+    if taken == "too_large":
+        assert (
+            "split by GPU, the nodes could only ever carry 3 of them" in plan.waiting["gang"].reason
+        )
+
+
 def test_a_gang_spans_nodes_only_where_the_shell_can_run_it() -> None:
     nodes = [node("n1", 4), node("n2", 4)]
     plan = run("fifo", snapshot(nodes, [pending("gang", 8)]))

@@ -15,7 +15,7 @@ node with 4 free rather than two 8s), never more nodes.
 from __future__ import annotations
 
 from schedd.policy.place import best_fit
-from schedd.policy.placement import NoFit, Placement, spread, usable_for
+from schedd.policy.placement import NoFit, Placement, gang_room, spread, usable_for
 from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
 
@@ -61,7 +61,11 @@ MAX_SWAPS = 64  # a bound on the search, far above what a gang of a few nodes ne
 
 
 def _gang(view: View, job: PendingJob, start: Placement) -> Placement:
-    usable = {n: len(g) for n in view.capacity if (g := view.usable_gpus(n, job))}
+    usable = {
+        n: room
+        for n in view.capacity
+        if (room := gang_room(view, n, job.request, len(view.usable_gpus(n, job))))
+    }
     chosen = _gang_nodes(view, usable, [s.node_id for s in start.shards], job.request.gpus)
     placed = spread(view, job, chosen)  # the chosen nodes hold the gang: never None
     assert placed is not None

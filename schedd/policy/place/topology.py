@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from itertools import chain, islice
 
-from schedd.policy.placement import NoFit, Placement, fit_on, needs_spreading, no_fit, spread
+from schedd.policy.placement import (
+    NoFit,
+    Placement,
+    fit_on,
+    gang_room,
+    needs_spreading,
+    no_fit,
+    spread,
+)
 from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
 
@@ -56,7 +64,7 @@ def _gang(job: PendingJob, view: View) -> Placement | NoFit:
             if label in node.labels:
                 groups[node.labels[label]].append(node.node_id)
         free = {
-            name: sum(len(view.usable_gpus(n, job)) for n in nodes)
+            name: sum(gang_room(view, n, job.request, len(view.usable_gpus(n, job))) for n in nodes)
             for name, nodes in groups.items()
         }
         enough = sorted((f, name) for name, f in free.items() if f >= job.request.gpus)
