@@ -449,14 +449,16 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
 
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.
-_never_fit = Kept[dict[Request, Wait | None]]()
+# A job's request, with its GPU range where it is elastic (it may start smaller).
+_NeverFitKey = Request | tuple[Request, tuple[int, int]]
+_never_fit = Kept[dict[_NeverFitKey, Wait | None]]()
 _UNKNOWN = Wait("", "")  # not asked yet (None is an answer)
 _NEVER_FIT_KEY = ("never_fit",)
 
 
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
     # Asked for every job: the answers for these nodes are found once a plan.
-    known = cast("dict[Request, Wait | None] | None", view.memo.get(_NEVER_FIT_KEY))
+    known = cast("dict[_NeverFitKey, Wait | None] | None", view.memo.get(_NEVER_FIT_KEY))
     if known is None:
         snapshot = view.snapshot
         key = (snapshot.nodes, snapshot.multi_node, snapshot.largest_node_gpus)
@@ -464,10 +466,24 @@ def _never_fits(view: View, job: PendingJob) -> Wait | None:
         if known is None:
             known = _never_fit.put({}, *key)
         view.memo[_NEVER_FIT_KEY] = known
-    request = job.request
-    wait = known.get(request, _UNKNOWN)
+    asked: _NeverFitKey = job.request if job.gpu_range is None else (job.request, job.gpu_range)
+    wait = known.get(asked, _UNKNOWN)
     if wait is _UNKNOWN:
-        wait = known[request] = never_fits(view, job)
+        wait = known[asked] = _never_fits_at_all(view, job)
+    return wait
+
+
+def _never_fits_at_all(view: View, job: PendingJob) -> Wait | None:
+    """`never_fits`, for an elastic job at every count of its range (it may start
+    smaller: `_place_smaller`): the wait of its largest where none could ever run."""
+    wait = never_fits(view, job)
+    if wait is None or job.gpu_range is None:
+        return wait
+    r = job.request
+    for gpus in range(r.gpus - 1, max(job.gpu_range[0], 1) - 1, -1):
+        smaller = dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
+        if never_fits(view, smaller) is None:
+            return None
     return wait
 
 

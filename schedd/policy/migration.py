@@ -23,8 +23,16 @@ from schedd.policy.snapshot import (
 from schedd.policy.timeslice import group_sizes, since
 from schedd.policy.view import View
 
-# node -> GPU uuids a move decided (or weighed) in this plan takes there
-Taken = dict[str, set[str]]
+
+class Taken:
+    """What moves weighed together in this plan take on each node before the view
+    knows of them: GPUs, and CPUs and memory."""
+
+    __slots__ = ("gpus", "used")
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, set[str]] = {}
+        self.used: dict[str, tuple[float, int]] = {}  # node -> (CPUs, memory)
 
 
 def movable(job: PlacedJob, view: View, alone: bool = True) -> bool:
@@ -68,10 +76,10 @@ def placed_on(view: View) -> dict[str, list[PlacedJob]]:
 
 
 def target(
-    job: PlacedJob, view: View, avoid: frozenset[str], taken: Taken
+    job: PlacedJob, view: View, avoid: frozenset[str], taken: Taken | None = None
 ) -> tuple[Shard, ...] | None:
     """The job's GPUs on one node outside `avoid`, best fit (the node left fullest),
-    with its CPUs and memory; GPUs in `taken` are spoken for."""
+    with its CPUs and memory; what is in `taken` is spoken for."""
     # Not pinned to the node a migration brought it to: it may move on from there.
     request = dataclasses.replace(job.request, node_id=None)
     need = request.gpus
@@ -81,13 +89,14 @@ def target(
             if node_id in avoid:
                 continue
             cap = view.capacity[node_id]
-            spoken = taken.get(node_id, set())
+            spoken = taken.gpus.get(node_id, set()) if taken else set()
             free = [g for g in cap.free_gpus if g.uuid not in spoken]
             if request.gpu_memory_mib is not None:
                 free = [g for g in free if g.memory_mib >= request.gpu_memory_mib]
             if len(free) < need or node_can_ever_fit(cap.node, request) is not None:
                 continue
-            if not has_room(cap.cpus, cap.memory_mib, request):
+            cpus, memory = taken.used.get(node_id, (0.0, 0)) if taken else (0.0, 0)
+            if not has_room(cap.cpus - cpus, cap.memory_mib - memory, request):
                 continue
             left = len(free) - need
             if best is None or (left, node_id) < best[:2]:
@@ -140,9 +149,12 @@ def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tup
             yield node_id, missing
 
 
-def take(taken: Taken, shards: tuple[Shard, ...]) -> None:
+def take(taken: Taken, job: PlacedJob, shards: tuple[Shard, ...]) -> None:
+    """`job` is weighed as moving to `shards` (one node, as `target` finds them)."""
     for shard in shards:
-        taken.setdefault(shard.node_id, set()).update(shard.gpu_uuids)
+        taken.gpus.setdefault(shard.node_id, set()).update(shard.gpu_uuids)
+        cpus, memory = taken.used.get(shard.node_id, (0.0, 0))
+        taken.used[shard.node_id] = (cpus + job.request.cpus, memory + job.request.memory_mib)
 
 
 def move(job: PlacedJob, shards: tuple[Shard, ...], view: View, reason: str) -> Migrate:

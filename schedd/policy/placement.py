@@ -153,7 +153,7 @@ def spread(view: View, job: PendingJob, node_ids: Iterable[str]) -> Placement | 
     """A gang over the given nodes, emptiest first so that it spans as few as possible;
     on each no more GPUs than its free CPUs and memory carry (`gang_room`)."""
     need = job.request.gpus
-    usable = [(n, view.usable_gpus(n, job)) for n in node_ids]
+    usable = [(n, usable_for(view, n, job)) for n in node_ids]
     room = {n: gang_room(view, n, job.request, len(g)) for n, g in usable if g}
     usable = [(n, g) for n, g in usable if room.get(n)]
     if sum(room[n] for n, _ in usable) < need:

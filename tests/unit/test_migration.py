@@ -84,6 +84,19 @@ def test_no_move_when_the_cluster_lacks_the_gpus_or_no_job_may_move() -> None:
     assert "small" not in moves(plan)
 
 
+def test_jobs_moved_together_never_count_on_the_same_cpus() -> None:
+    """To free A for w, m1 and m2 (6 CPUs each) could each go to B's 2 free GPUs, but
+    B has 9 CPUs free: not both. x, moved off B to A instead, frees B for w."""
+    a, b = node("A", 4, cpus=64), node("B", 4, cpus=10)
+    held = [
+        placed("m1", a, [0], 6, started_at=0.0, estimate_s=1e6),
+        placed("m2", a, [1], 6, started_at=0.0, estimate_s=1e6),
+        placed("x", b, [0, 1], 1, started_at=0.0, estimate_s=1e6),
+    ]
+    plan = run("gandiva", snapshot([a, b], [pending("w", 4, 1, estimate_s=1e6)], held), 10_000.0)
+    assert set(moves(plan)) == {"x"} and moves(plan)["x"].node_id == "A"
+
+
 def test_two_waiting_jobs_never_count_on_the_same_gpus() -> None:
     a, b, c = node("a", 4), node("b", 4), node("c", 4)
     running = [

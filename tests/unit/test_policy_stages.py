@@ -150,6 +150,30 @@ def test_a_gang_takes_on_each_node_no_more_gpus_than_its_cpus_carry(
         )
 
 
+@pytest.mark.parametrize("profile", ["fifo", "default", "chronus", "liquid"])
+def test_a_gang_runs_only_on_gpus_with_the_memory_it_asks(profile: str) -> None:
+    """8 GPUs of 40,000 MiB each: B's GPUs (16 GiB), as free as the others, are not."""
+    nodes = [node("A", 4), node("B", 4, gpu_memory_mib=16_384), node("C", 4)]
+    gang = pending("g", 8, gpu_memory_mib=40_000)
+    plan = run(profile, snapshot(nodes, [gang], multi_node=True))
+    assert {s.node_id for s in launches(plan)["g"].shards} == {"A", "C"}
+
+
+@pytest.mark.parametrize("profile", ["fifo", "default", "gandiva", "tiresias"])
+@pytest.mark.parametrize("multi_node", [True, False])
+def test_an_elastic_job_too_large_whole_starts_smaller(profile: str, multi_node: bool) -> None:
+    """8 GPUs and 80 CPUs (10 per GPU) never fit whole: B's 10 CPUs carry one GPU of
+    it, A's 100 four (or no node has 8 GPUs, where the shell runs no gangs). Elastic
+    down to 4, it starts on A's 4; rigid, it waits as too large."""
+    nodes = [node("A", 4, cpus=100), node("B", 4, cpus=10)]
+    rigid = pending("e", 8, 80)
+    elastic = dataclasses.replace(rigid, gpu_range=(4, 8))
+    plan = run(profile, snapshot(nodes, [elastic], multi_node=multi_node))
+    assert [(s.node_id, len(s.gpu_uuids)) for s in launches(plan)["e"].shards] == [("A", 4)]
+    plan = run(profile, snapshot(nodes, [rigid], multi_node=multi_node))
+    assert plan.waiting["e"].code == "too_large"
+
+
 def test_a_gang_spans_nodes_only_where_the_shell_can_run_it() -> None:
     nodes = [node("n1", 4), node("n2", 4)]
     plan = run("fifo", snapshot(nodes, [pending("gang", 8)]))

@@ -81,17 +81,17 @@ def _moves_off(node_id: str, missing: int, view: View, promised: set[str]) -> Mo
     ]
     avoid = frozenset({node_id, *promised})
     for single in sorted((m for m in here if m.request.gpus >= missing), key=_size_then_id):
-        shards = migration.target(single, view, avoid, {})
+        shards = migration.target(single, view, avoid)
         if shards is not None:
             return [(single, shards)]
-    taken: migration.Taken = {}
+    taken = migration.Taken()
     moves: Moves = []
     freed = 0
     for mover in sorted(here, key=_size_then_id, reverse=True):
         shards = migration.target(mover, view, avoid, taken)
         if shards is None:
             continue
-        migration.take(taken, shards)
+        migration.take(taken, mover, shards)
         moves.append((mover, shards))
         freed += mover.request.gpus
         if freed >= missing:

@@ -26,7 +26,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         gain = view.remaining(job) * (1.0 - settings.spread_speed)
         if gain <= settings.migrate_cost_s:
             continue
-        shards = migration.target(job, view, frozenset(migration.promised(view)), {})
+        shards = migration.target(job, view, frozenset(migration.promised(view)))
         if shards is None:
             continue
         nodes = len(job.shards)

@@ -35,7 +35,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         shared = min(view.remaining(job), view.remaining(partner))
         if shared <= settings.migrate_cost_s:
             continue
-        shards = migration.target(partner, view, frozenset(migration.promised(view)), {})
+        shards = migration.target(partner, view, frozenset(migration.promised(view)))
         if shards is None:
             continue
         reason = (

@@ -64,7 +64,7 @@ def _gang(view: View, job: PendingJob, start: Placement) -> Placement:
     usable = {
         n: room
         for n in view.capacity
-        if (room := gang_room(view, n, job.request, len(view.usable_gpus(n, job))))
+        if (room := gang_room(view, n, job.request, len(usable_for(view, n, job))))
     }
     chosen = _gang_nodes(view, usable, [s.node_id for s in start.shards], job.request.gpus)
     placed = spread(view, job, chosen)  # the chosen nodes hold the gang: never None

@@ -20,6 +20,7 @@ from schedd.policy.placement import (
     needs_spreading,
     no_fit,
     spread,
+    usable_for,
 )
 from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
@@ -64,7 +65,7 @@ def _gang(job: PendingJob, view: View) -> Placement | NoFit:
             if label in node.labels:
                 groups[node.labels[label]].append(node.node_id)
         free = {
-            name: sum(gang_room(view, n, job.request, len(view.usable_gpus(n, job))) for n in nodes)
+            name: sum(gang_room(view, n, job.request, len(usable_for(view, n, job))) for n in nodes)
             for name, nodes in groups.items()
         }
         enough = sorted((f, name) for name, f in free.items() if f >= job.request.gpus)
