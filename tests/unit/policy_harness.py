@@ -177,8 +177,9 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     """Invariants of any plan: no GPU held by two guaranteed jobs (once the plan's
     suspends and resumes are done) nor shared by two opportunistic ones, only running
     jobs paused and only suspended ones resumed, no node over its CPUs or memory,
-    each launch on connected nodes with exactly the GPUs asked (on one node unless the
-    snapshot allows more), every pending job either launched or given a reason."""
+    each launch on connected nodes with exactly the GPUs asked, each with the GPU memory
+    asked (on one node unless the snapshot allows more), every pending job either
+    launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
     requests = {j.job_id: j.request for j in snap.pending}
     ranges = {j.job_id: j.gpu_range for j in snap.pending}
@@ -232,6 +233,9 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         for shard in launch.shards:
             assert shard.node_id in by_node
             assert set(shard.gpu_uuids) <= {g.uuid for g in by_node[shard.node_id].gpus}
+            if request.gpu_memory_mib is not None:  # GPUs with the memory asked for
+                sizes = {g.uuid: g.memory_mib for g in by_node[shard.node_id].gpus}
+                assert all(sizes[u] >= request.gpu_memory_mib for u in shard.gpu_uuids)
         (shared if kinds[launch.job_id] == OPPORTUNISTIC else used).extend(launch.gpu_uuids)
         holders.append((launch.shards, request))
     for shards, request in holders:

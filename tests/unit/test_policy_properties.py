@@ -51,7 +51,13 @@ def clusters(draw: st.DrawFn) -> Snapshot:
     scarce = draw(st.booleans())
     sizes = [draw(st.integers(1, 8)) for _ in range(draw(st.integers(1, 5)))]
     nodes = [
-        node(f"n{i}", g, cpus=6 * g + 2 if scarce else 64, rack=f"r{i % 2}")
+        node(
+            f"n{i}",
+            g,
+            cpus=6 * g + 2 if scarce else 64,
+            gpu_memory_mib=draw(st.sampled_from([81_920, 16_384])),
+            rack=f"r{i % 2}",
+        )
         for i, g in enumerate(sizes)
     ]
     queues = tuple(
@@ -124,6 +130,7 @@ def clusters(draw: st.DrawFn) -> Snapshot:
             f"p{j}",
             gpus := draw(st.integers(0, 12)),
             max(gpus, 1) * draw(st.integers(1, 8)) if scarce else 1,
+            gpu_memory_mib=draw(st.sampled_from([None, None, 40_000])),
             at=float(j),
             queue=draw(st.sampled_from(QUEUE_NAMES)),
             user=draw(st.sampled_from(["u1", "u2", "u3"])),
