@@ -210,6 +210,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         # where its guarantee is there again (room, or a reclaim) it gets it back.
         converted = not holds
         job = with_kind(pending, GUARANTEED) if converted else pending
+        if job.gpu_range is not None:
+            job = _runnable(view, job)
         refused = _never_fits(view, job) or _refused(stages, job, view)
         if refused is not None:
             if converted:
@@ -449,16 +451,14 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
 
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.
-# A job's request, with its GPU range where it is elastic (it may start smaller).
-_NeverFitKey = Request | tuple[Request, tuple[int, int]]
-_never_fit = Kept[dict[_NeverFitKey, Wait | None]]()
+_never_fit = Kept[dict[Request, Wait | None]]()
 _UNKNOWN = Wait("", "")  # not asked yet (None is an answer)
 _NEVER_FIT_KEY = ("never_fit",)
 
 
 def _never_fits(view: View, job: PendingJob) -> Wait | None:
     # Asked for every job: the answers for these nodes are found once a plan.
-    known = cast("dict[_NeverFitKey, Wait | None] | None", view.memo.get(_NEVER_FIT_KEY))
+    known = cast("dict[Request, Wait | None] | None", view.memo.get(_NEVER_FIT_KEY))
     if known is None:
         snapshot = view.snapshot
         key = (snapshot.nodes, snapshot.multi_node, snapshot.largest_node_gpus)
@@ -466,25 +466,28 @@ def _never_fits(view: View, job: PendingJob) -> Wait | None:
         if known is None:
             known = _never_fit.put({}, *key)
         view.memo[_NEVER_FIT_KEY] = known
-    asked: _NeverFitKey = job.request if job.gpu_range is None else (job.request, job.gpu_range)
-    wait = known.get(asked, _UNKNOWN)
+    request = job.request
+    wait = known.get(request, _UNKNOWN)
     if wait is _UNKNOWN:
-        wait = known[asked] = _never_fits_at_all(view, job)
+        wait = known[request] = never_fits(view, job)
     return wait
 
 
-def _never_fits_at_all(view: View, job: PendingJob) -> Wait | None:
-    """`never_fits`, for an elastic job at every count of its range (it may start
-    smaller: `_place_smaller`): the wait of its largest where none could ever run."""
-    wait = never_fits(view, job)
-    if wait is None or job.gpu_range is None:
-        return wait
+def _runnable(view: View, job: PendingJob) -> PendingJob:
+    """An elastic job that no node could ever run whole, as a job of the most GPUs of
+    its range that could run (it starts smaller in any case: `_place_smaller`), so
+    that it is neither refused as too large nor placed, reserved for or made room for
+    at a count that can never be; the job itself where its whole count could run, or
+    none could."""
+    assert job.gpu_range is not None
+    if _never_fits(view, job) is None:
+        return job
     r = job.request
     for gpus in range(r.gpus - 1, max(job.gpu_range[0], 1) - 1, -1):
         smaller = dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
-        if never_fits(view, smaller) is None:
-            return None
-    return wait
+        if _never_fits(view, smaller) is None:
+            return smaller
+    return job
 
 
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schedd.policy.placement import needs_spreading
+from schedd.policy.placement import needs_spreading, node_can_ever_fit, usable_for
 from schedd.policy.snapshot import PendingJob, holds_gpus
 from schedd.policy.view import Reservation, View
 
@@ -76,9 +76,9 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
         return Reservation(job.job_id, when, tuple(sorted(chosen)))
     best: tuple[float, str] | None = None
     for node in view.snapshot.nodes:
-        if len(node.gpus) < need:
-            continue
-        have = len(view.usable_gpus(node.node_id, job))
+        if node_can_ever_fit(node, job.request) is not None:
+            continue  # too few GPUs (or too small), CPUs or memory, however long it waits
+        have = len(usable_for(view, node.node_id, job))
         when = view.now
         for t, n in releases.get(node.node_id, ()):
             if have >= need:

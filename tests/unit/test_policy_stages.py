@@ -16,7 +16,16 @@ from schedd.policy.queues import QueueSpec
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, PlacedJob, Request, Shard, Usage
+from schedd.policy.snapshot import (
+    GUARANTEED,
+    OPPORTUNISTIC,
+    Gpu,
+    Node,
+    PlacedJob,
+    Request,
+    Shard,
+    Usage,
+)
 from schedd.policy.view import View
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
@@ -172,6 +181,34 @@ def test_an_elastic_job_too_large_whole_starts_smaller(profile: str, multi_node:
     assert [(s.node_id, len(s.gpu_uuids)) for s in launches(plan)["e"].shards] == [("A", 4)]
     plan = run(profile, snapshot(nodes, [rigid], multi_node=multi_node))
     assert plan.waiting["e"].code == "too_large"
+
+
+@pytest.mark.parametrize("profile", ["fifo", "default"])
+def test_opportunistic_jobs_too_large_whole_wait_so_elastic_or_not(profile: str) -> None:
+    """An opportunistic job runs at its whole count: 8 GPUs of 40,000 MiB, where only 4
+    are that large, is too large, for a rigid job and for an elastic one before it."""
+    big, small = 81_920, 16_384
+    gpus = tuple(Gpu(f"A-g{i}", i, "A100", big if i < 4 else small) for i in range(8))
+    a = Node("A", gpus, 64, 512_000, {})
+    rigid = pending("r", 8, gpu_memory_mib=40_000, kind=OPPORTUNISTIC, at=1.0)
+    elastic = dataclasses.replace(rigid, job_id="e", submitted_at=0.0, gpu_range=(4, 8))
+    plan = run(profile, snapshot([a], [elastic, rigid]))
+    assert plan.waiting["e"].code == plan.waiting["r"].code == "too_large"
+
+
+def test_an_elastic_job_never_runnable_whole_reserves_where_it_can_run() -> None:
+    """e (8 GPUs, 80 CPUs, elastic down to 4) can only ever run as 4 on A, busy until
+    1,000 s: it holds A for then, not B (whose 10 CPUs could never carry it), and s
+    starts on B."""
+    a, b = node("A", 4, cpus=100), node("B", 4, cpus=10)
+    busy = placed("x", a, [0, 1, 2, 3], 1, started_at=0.0, estimate_s=1000.0)
+    e = dataclasses.replace(pending("e", 8, 80), gpu_range=(4, 8))
+    s = pending("s", 1, 1, at=1.0, estimate_s=1e6)
+    snap = snapshot([a, b], [e, s], [busy], multi_node=True)
+    plan = run("backfill", snap, 100.0, reserve_after_s=0.0)
+    reserve = next(x for x in plan.actions if isinstance(x, Reserve))
+    assert (reserve.job_id, reserve.node_ids, reserve.expected_start) == ("e", ("A",), 1000.0)
+    assert [sh.node_id for sh in launches(plan)["s"].shards] == ["B"]
 
 
 def test_a_gang_spans_nodes_only_where_the_shell_can_run_it() -> None:
