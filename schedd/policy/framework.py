@@ -51,6 +51,7 @@ from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
+    Node,
     PendingJob,
     Request,
     Shard,
@@ -111,13 +112,14 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
                 "too_large",
                 f"asks for {request.gpus} GPUs; the cluster has {view.total.gpus}",
             )
-        ever = sum(carried(n.cpus, n.memory_mib, request, len(n.gpus)) for n in nodes)
+        ever = sum(carried(n.cpus, n.memory_mib, request, _big_enough(n, request)) for n in nodes)
         if ever < request.gpus:
+            each = "" if request.gpu_memory_mib is None else f" of {request.gpu_memory_mib} MiB"
             return Wait(
                 "too_large",
-                f"asks for {request.cpus:g} CPUs and {request.memory_mib} MiB of memory over"
-                f" {request.gpus} GPUs: split by GPU, the nodes could only ever carry {ever}"
-                " of them",
+                f"asks for {request.gpus} GPUs{each}, {request.cpus:g} CPUs and"
+                f" {request.memory_mib} MiB of memory: split by GPU, the nodes could only"
+                f" ever run {ever} of them",
             )
         return None
     why = [node_can_ever_fit(n, request) for n in nodes]
@@ -137,6 +139,13 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
             f"asks for {request.gpus} GPUs on one node; the largest node has {connected}",
         )
     return Wait("too_large", f"no node could ever run it: {why[0]} (e.g. {nodes[0].node_id})")
+
+
+def _big_enough(node: Node, request: Request) -> int:
+    """The node's GPUs with the GPU memory the request asks (all where it asks none)."""
+    if request.gpu_memory_mib is None:
+        return len(node.gpus)
+    return sum(g.memory_mib >= request.gpu_memory_mib for g in node.gpus)
 
 
 def _served(

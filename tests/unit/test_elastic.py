@@ -8,7 +8,7 @@ import dataclasses
 from schedd.policy.actions import Plan, Resize, SetKind, Suspend
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import GUARANTEED, PendingJob, PlacedJob
+from schedd.policy.snapshot import GUARANTEED, Gpu, Node, PendingJob, PlacedJob, Request
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
     converted,
@@ -101,6 +101,17 @@ def test_an_elastic_job_grows_into_idle_gpus_when_nobody_waits() -> None:
     ending = dataclasses.replace(small, estimate_s=50.0)  # 50 s x 4 GPUs of work: 100 s on 2
     assert resizes(run("gandiva", snapshot([n], [], [ending]), now=1000.0)) == {}
     assert resizes(run("default", snapshot([n], [], [small]), now=1000.0)) == {}  # type: ignore[list-item]
+
+
+def test_an_elastic_job_grows_only_into_gpus_with_the_memory_it_asks() -> None:
+    """e asks 40,000 MiB a GPU: of the 6 idle GPUs it grows into the 2 of 80 GiB, not
+    into the 4 of 16 GiB."""
+    sizes = [81_920] * 4 + [16_384] * 4
+    n = Node("n", tuple(Gpu(f"n-g{i}", i, "A100", m) for i, m in enumerate(sizes)), 64, 512_000)
+    job = placed("e", n, [0, 1], estimate_s=1e6)
+    job = elastic(dataclasses.replace(job, request=Request(2, 1, 1024, 40_000)), 1, 6)
+    plan = run("gandiva", snapshot([n], [], [job]), now=10_000.0)  # type: ignore[list-item]
+    assert resizes(plan)["e"].gpu_uuids == ("n-g0", "n-g1", "n-g2", "n-g3")
 
 
 def test_an_elastic_job_shrinks_to_make_room_for_a_waiting_job() -> None:

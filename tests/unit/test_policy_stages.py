@@ -155,7 +155,7 @@ def test_a_gang_takes_on_each_node_no_more_gpus_than_its_cpus_carry(
         assert {s.node_id: len(s.gpu_uuids) for s in shards} == taken
     if taken == "too_large":
         assert (
-            "split by GPU, the nodes could only ever carry 3 of them" in plan.waiting["gang"].reason
+            "split by GPU, the nodes could only ever run 3 of them" in plan.waiting["gang"].reason
         )
 
 
@@ -166,6 +166,10 @@ def test_a_gang_runs_only_on_gpus_with_the_memory_it_asks(profile: str) -> None:
     gang = pending("g", 8, gpu_memory_mib=40_000)
     plan = run(profile, snapshot(nodes, [gang], multi_node=True))
     assert {s.node_id for s in launches(plan)["g"].shards} == {"A", "C"}
+    # Without C, only 4 GPUs could ever take it: it never fits.
+    plan = run(profile, snapshot(nodes[:2], [gang], multi_node=True))
+    assert plan.waiting["g"].code == "too_large"
+    assert "GPUs of 40000 MiB" in plan.waiting["g"].reason
 
 
 @pytest.mark.parametrize("profile", ["fifo", "default", "gandiva", "tiresias"])

@@ -42,6 +42,8 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         if shard.node_id in promised:
             continue  # its idle GPUs are being freed for a waiting job
         free = view.capacity[shard.node_id].free_gpus
+        if (asked := job.request.gpu_memory_mib) is not None:  # as large as its own
+            free = [g for g in free if g.memory_mib >= asked]
         now = job.request.gpus
         extra = tuple(g.uuid for g in free[: job.gpu_range[1] - now])
         if not extra:
