@@ -222,6 +222,10 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
         if job.gpu_range is not None:
             job = _runnable(view, job)
         refused = _never_fits(view, job) or _refused(stages, job, view)
+        if refused is not None and job.gpu_range is not None and refused.code in _LIMITS:
+            admitted = _admitted_smaller(stages, job, view)
+            if admitted is not None:
+                job, refused = admitted, None
         if refused is not None:
             if converted:
                 alike.waits(job, refused)
@@ -566,6 +570,22 @@ def _place_smaller(
         placed = _place(stages, smaller, view)
         if isinstance(placed, Placement):
             return smaller, placed
+    return None
+
+
+# Admission's answers that a smaller count of an elastic job may not get.
+_LIMITS = frozenset({"queue_max", "user_limit"})
+
+
+def _admitted_smaller(stages: Stages, job: PendingJob, view: View) -> PendingJob | None:
+    """An elastic job refused by a limit on what its queue or user may hold, as a job
+    of the most GPUs of its range that admission takes (it may grow later), if any."""
+    assert job.gpu_range is not None
+    r = job.request
+    for gpus in range(r.gpus - 1, max(job.gpu_range[0], 1) - 1, -1):
+        smaller = dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
+        if _refused(stages, smaller, view) is None:
+            return smaller
     return None
 
 

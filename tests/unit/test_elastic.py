@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from schedd.policy.actions import Plan, Resize, SetKind, Suspend
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
@@ -101,6 +103,20 @@ def test_an_elastic_job_grows_into_idle_gpus_when_nobody_waits() -> None:
     ending = dataclasses.replace(small, estimate_s=50.0)  # 50 s x 4 GPUs of work: 100 s on 2
     assert resizes(run("gandiva", snapshot([n], [], [ending]), now=1000.0)) == {}
     assert resizes(run("default", snapshot([n], [], [small]), now=1000.0)) == {}  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("profile", ["default", "drf", "antman"])
+def test_an_elastic_job_over_its_queues_max_whole_starts_within_it(profile: str) -> None:
+    """Queue a may hold 4 GPUs, 1 of them held already: e (2 to 8) starts on 3; a rigid
+    job of 8 waits at the max."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=4)),)
+    held = [placed("r", n, [7], queue="a")]
+    e = elastic(pending("e", 8, queue="a"), 2, 8)
+    plan = run(profile, snapshot([n], [e], held, queues=queues))  # type: ignore[list-item]
+    assert len(launches(plan)["e"].gpu_uuids) == 3
+    plan = run(profile, snapshot([n], [pending("e", 8, queue="a")], held, queues=queues))
+    assert plan.waiting["e"].code == "queue_max"
 
 
 def test_an_elastic_job_grows_only_into_gpus_with_the_memory_it_asks() -> None:
