@@ -40,6 +40,7 @@ from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
     Placement,
+    big_enough,
     carried,
     has_room,
     needs_spreading,
@@ -51,7 +52,6 @@ from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
-    Node,
     PendingJob,
     Request,
     Shard,
@@ -112,7 +112,7 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
                 "too_large",
                 f"asks for {request.gpus} GPUs; the cluster has {view.total.gpus}",
             )
-        ever = sum(carried(n.cpus, n.memory_mib, request, _big_enough(n, request)) for n in nodes)
+        ever = sum(carried(n.cpus, n.memory_mib, request, big_enough(n, request)) for n in nodes)
         if ever < request.gpus:
             each = "" if request.gpu_memory_mib is None else f" of {request.gpu_memory_mib} MiB"
             return Wait(
@@ -139,13 +139,6 @@ def never_fits(view: View, job: PendingJob) -> Wait | None:
             f"asks for {request.gpus} GPUs on one node; the largest node has {connected}",
         )
     return Wait("too_large", f"no node could ever run it: {why[0]} (e.g. {nodes[0].node_id})")
-
-
-def _big_enough(node: Node, request: Request) -> int:
-    """The node's GPUs with the GPU memory the request asks (all where it asks none)."""
-    if request.gpu_memory_mib is None:
-        return len(node.gpus)
-    return sum(g.memory_mib >= request.gpu_memory_mib for g in node.gpus)
 
 
 def _served(
@@ -492,15 +485,17 @@ def _runnable(view: View, job: PendingJob) -> PendingJob:
     that it is neither refused as too large nor placed, reserved for or made room for
     at a count that can never be; the job itself where its whole count could run, or
     none could."""
-    assert job.gpu_range is not None
     if _never_fits(view, job) is None:
         return job
+    return next((s for s in _smaller(job) if _never_fits(view, s) is None), job)
+
+
+def _smaller(job: PendingJob) -> Iterator[PendingJob]:
+    """An elastic job as a job of each count of its range below its own, largest first."""
+    assert job.gpu_range is not None
     r = job.request
     for gpus in range(r.gpus - 1, max(job.gpu_range[0], 1) - 1, -1):
-        smaller = dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
-        if _never_fits(view, smaller) is None:
-            return smaller
-    return job
+        yield dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
 
 
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
@@ -561,12 +556,7 @@ def _place_smaller(
 ) -> tuple[PendingJob, Placement] | None:
     """An elastic job that does not fit whole starts on the most GPUs of its range that
     fit (Gandiva's grow/shrink: it may grow later), as a job of that count."""
-    assert job.gpu_range is not None
-    least, _ = job.gpu_range
-    r = job.request
-    for gpus in range(r.gpus - 1, max(least, 1) - 1, -1):
-        request = interned(dataclasses.replace(r, gpus=gpus))
-        smaller = dataclasses.replace(job, request=request)
+    for smaller in _smaller(job):
         placed = _place(stages, smaller, view)
         if isinstance(placed, Placement):
             return smaller, placed
@@ -580,13 +570,7 @@ _LIMITS = frozenset({"queue_max", "user_limit"})
 def _admitted_smaller(stages: Stages, job: PendingJob, view: View) -> PendingJob | None:
     """An elastic job refused by a limit on what its queue or user may hold, as a job
     of the most GPUs of its range that admission takes (it may grow later), if any."""
-    assert job.gpu_range is not None
-    r = job.request
-    for gpus in range(r.gpus - 1, max(job.gpu_range[0], 1) - 1, -1):
-        smaller = dataclasses.replace(job, request=interned(dataclasses.replace(r, gpus=gpus)))
-        if _refused(stages, smaller, view) is None:
-            return smaller
-    return None
+    return next((s for s in _smaller(job) if _refused(stages, s, view) is None), None)
 
 
 def _refused(stages: Stages, job: PendingJob, view: View) -> Wait | None:

@@ -41,15 +41,20 @@ def node_can_ever_fit(node: Node, request: Request) -> str | None:
         return f"is not node {request.node_id}, where the job is to run"
     if len(node.gpus) < request.gpus:
         return f"has {len(node.gpus)} GPUs"
-    if request.gpu_memory_mib is not None and request.gpus > 0:
-        big_enough = [g for g in node.gpus if g.memory_mib >= request.gpu_memory_mib]
-        if len(big_enough) < request.gpus:
-            return f"has {len(big_enough)} GPUs with {request.gpu_memory_mib} MiB"
+    if (large := big_enough(node, request)) < request.gpus:  # GPUs too small
+        return f"has {large} GPUs with {request.gpu_memory_mib} MiB"
     if node.cpus < request.cpus:
         return f"has {node.cpus:g} CPUs"
     if node.memory_mib < request.memory_mib:
         return f"has {node.memory_mib} MiB of memory"
     return None
+
+
+def big_enough(node: Node, request: Request) -> int:
+    """The node's GPUs with the GPU memory the request asks (all where it asks none)."""
+    if request.gpu_memory_mib is None:
+        return len(node.gpus)
+    return sum(g.memory_mib >= request.gpu_memory_mib for g in node.gpus)
 
 
 def needs_spreading(job: PendingJob | PlacedJob, view: View) -> bool:
@@ -125,11 +130,13 @@ def no_fit(view: View, job: PendingJob, filtered: Counter[str]) -> NoFit:
     return NoFit(dict(filtered), most)
 
 
-def gang_room(view: View, node_id: str, request: Request, usable: int) -> int:
-    """How many of the `usable` GPUs of the node a gang of `request` may take now
-    (`carried` by what the node has free)."""
+def gang_room(view: View, node_id: str, job: PendingJob, usable: int | None = None) -> int:
+    """How many GPUs of the node the gang may take now: of those it may use (`usable`
+    of them, else `usable_for`'s), as many as the node's free CPUs and memory carry."""
+    if usable is None:
+        usable = len(usable_for(view, node_id, job))
     cap = view.capacity[node_id]
-    return carried(cap.cpus, cap.memory_mib, request, usable)
+    return carried(cap.cpus, cap.memory_mib, job.request, usable)
 
 
 def carried(cpus: float, memory_mib: int, request: Request, gpus: int) -> int:
@@ -154,7 +161,7 @@ def spread(view: View, job: PendingJob, node_ids: Iterable[str]) -> Placement | 
     on each no more GPUs than its free CPUs and memory carry (`gang_room`)."""
     need = job.request.gpus
     usable = [(n, usable_for(view, n, job)) for n in node_ids]
-    room = {n: gang_room(view, n, job.request, len(g)) for n, g in usable if g}
+    room = {n: gang_room(view, n, job, len(g)) for n, g in usable if g}
     usable = [(n, g) for n, g in usable if room.get(n)]
     if sum(room[n] for n, _ in usable) < need:
         return None

@@ -121,8 +121,9 @@ def hold_room(
     """Where `job` will run once the jobs on their way out, and those this plan stops for
     it (`stopped`), have left. What it counts on there is kept from the rest of the
     plan: the free GPUs, and the CPUs and memory it needs beyond those the jobs whose
-    GPUs it takes will free, from what is free now and, short of that, from what other
-    leavers on the node will free; the leavers' part it counts on is for no later job.
+    GPUs it takes will free, from its other victims there first, then from what is free
+    now, then from what other leavers on the node will free; the leavers' part it
+    counts on is for no later job.
     A later job taking any of it would leave the stops for nothing and the job short
     again, to stop more once they are done."""
     known = cast(

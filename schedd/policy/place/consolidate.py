@@ -61,11 +61,7 @@ MAX_SWAPS = 64  # a bound on the search, far above what a gang of a few nodes ne
 
 
 def _gang(view: View, job: PendingJob, start: Placement) -> Placement:
-    usable = {
-        n: room
-        for n in view.capacity
-        if (room := gang_room(view, n, job.request, len(usable_for(view, n, job))))
-    }
+    usable = {n: room for n in view.capacity if (room := gang_room(view, n, job))}
     chosen = _gang_nodes(view, usable, [s.node_id for s in start.shards], job.request.gpus)
     placed = spread(view, job, chosen)  # the chosen nodes hold the gang: never None
     assert placed is not None

@@ -20,7 +20,6 @@ from schedd.policy.placement import (
     needs_spreading,
     no_fit,
     spread,
-    usable_for,
 )
 from schedd.policy.snapshot import PendingJob, Shard
 from schedd.policy.view import View
@@ -64,10 +63,7 @@ def _gang(job: PendingJob, view: View) -> Placement | NoFit:
         for node in view.snapshot.nodes:
             if label in node.labels:
                 groups[node.labels[label]].append(node.node_id)
-        free = {
-            name: sum(gang_room(view, n, job.request, len(usable_for(view, n, job))) for n in nodes)
-            for name, nodes in groups.items()
-        }
+        free = {name: sum(gang_room(view, n, job) for n in nodes) for name, nodes in groups.items()}
         enough = sorted((f, name) for name, f in free.items() if f >= job.request.gpus)
         for _, name in enough:
             gang = spread(view, job, groups[name])
