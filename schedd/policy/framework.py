@@ -243,7 +243,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                     deferred[pending.job_id] = pending
                 continue
             if eviction is None:
-                most = job.request.gpus
+                most = job.gpu_range[1]  # its range's, where it was planned at fewer
                 smaller = _place_smaller(stages, job, view)
                 if smaller is not None:
                     job, placed = smaller

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 from schedd.policy.actions import Migrate, Plan
-from schedd.policy.placement import has_room, needs_spreading, node_can_ever_fit
+from schedd.policy.placement import has_room, needs_spreading, node_can_ever_fit, usable_for
 from schedd.policy.reservation import reservation_for
 from schedd.policy.snapshot import (
     GUARANTEED,
@@ -139,10 +139,10 @@ def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tup
             for n, cap in view.capacity.items()
             if n not in promised and node_can_ever_fit(cap.node, job.request) is None
         ),
-        key=lambda n: (-len(view.usable_gpus(n, job)), n),
+        key=lambda n: (-len(usable_for(view, n, job)), n),
     )[:_NODES_TRIED]
     for node_id in nodes:
-        missing = job.request.gpus - len(view.usable_gpus(node_id, job))
+        missing = job.request.gpus - len(usable_for(view, node_id, job))
         if missing > 0 and missing > leaving_gpus(view, node_id):
             # where it fits, or will once moves under way are done, it waits for
             # something more room does not change

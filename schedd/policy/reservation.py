@@ -2,36 +2,54 @@
 
 Recomputed from the snapshot every cycle (nothing is remembered between cycles): the
 earliest time enough GPUs free up, from the placed jobs' estimated ends, on one node
-for a job that fits a node, or across the cluster for a larger gang. The free GPUs of
-those nodes are then held: a job may backfill into them only if it is expected to end
-before that time.
+for a job that fits a node, or across the cluster for a larger gang; GPUs count only
+with the CPUs and memory to run the job beside them (for a gang, its share per GPU)
+and with the GPU memory it asks. The free GPUs of those nodes are then held: a job may
+backfill into them only if it is expected to end before that time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from schedd.policy.placement import needs_spreading, node_can_ever_fit, usable_for
-from schedd.policy.snapshot import PendingJob, holds_gpus
+from schedd.policy.placement import (
+    carried,
+    has_room,
+    needs_spreading,
+    node_can_ever_fit,
+    usable_for,
+)
+from schedd.policy.snapshot import PendingJob, Request, Shard, holds_gpus, shard_requests
 from schedd.policy.view import Reservation, View
 
+# (expected time, GPUs of the job's size, CPUs, memory) a node gets back then
+Release = tuple[float, int, float, int]
 
-def _releases(view: View) -> dict[str, list[tuple[float, int]]]:
-    """Per node, (expected time, GPUs) that placed jobs, and those this plan starts, give
-    back, soonest first."""
-    out: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for job in view.snapshot.placed:
-        if not holds_gpus(job) or job.job_id in view.paused:
-            continue  # its GPUs are free for the gang already
-        if job.job_id in view.stopping:
+
+def _releases(view: View, job: PendingJob) -> dict[str, list[Release]]:
+    """Per node, what placed jobs, and those this plan starts, give back, soonest first:
+    their GPUs (counted only where big enough for `job`), CPUs and memory."""
+    least = job.request.gpu_memory_mib
+
+    def usable(shard: Shard) -> int:
+        if least is None:
+            return len(shard.gpu_uuids)
+        return sum(view.gpu(u).memory_mib >= least for u in shard.gpu_uuids)
+
+    out: dict[str, list[Release]] = defaultdict(list)
+    ends: list[tuple[tuple[Shard, ...], float, Request]] = []
+    for placed in view.snapshot.placed:
+        if not holds_gpus(placed) or placed.job_id in view.paused:
+            continue  # its GPUs are free for the gang already (its CPUs, not counted)
+        if placed.job_id in view.stopping:
             end = view.now
         else:
-            end = max(view.started(job) + view.estimate(job), view.now)
-        for shard in job.shards:
-            out[shard.node_id].append((end, len(shard.gpu_uuids)))
-    for shards, end in view.launched:
-        for shard in shards:
-            out[shard.node_id].append((end, len(shard.gpu_uuids)))
+            end = max(view.started(placed) + view.estimate(placed), view.now)
+        ends.append((placed.shards, end, placed.request))
+    ends += view.launched
+    for shards, end, request in ends:
+        for shard, part in zip(shards, shard_requests(request, shards), strict=True):
+            out[shard.node_id].append((end, usable(shard), part.cpus, part.memory_mib))
     for releases in out.values():
         releases.sort()
     return out
@@ -51,24 +69,40 @@ def reservation_for(job: PendingJob, view: View) -> Reservation | None:
 
 
 def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
-    releases = _releases(view)
+    releases = _releases(view, job)
+    request = job.request
     if needs_spreading(job, view):
-        events = sorted((t, n, node_id) for node_id, rel in releases.items() for t, n in rel)
-        per_node = {n: len(view.usable_gpus(n, job)) for n in view.capacity}
-        count = sum(per_node.values())
+        # Per node: the GPUs it may give the gang, its free CPUs and memory, and how
+        # many of those GPUs they carry (`carried`): a gang's share of CPUs and memory
+        # goes with each GPU.
+        free: dict[str, tuple[int, float, int]] = {
+            n: (len(usable_for(view, n, job)), cap.cpus, cap.memory_mib)
+            for n, cap in view.capacity.items()
+        }
+        room = {n: carried(c, m, request, g) for n, (g, c, m) in free.items()}
+        count = sum(room.values())
         when = view.now
-        for t, n, node_id in events:
+        events = sorted(
+            (t, node_id, g, c, m)
+            for node_id, rel in releases.items()
+            if node_id in free
+            for t, g, c, m in rel
+        )
+        for t, node_id, g, c, m in events:
             if count >= need:
                 break
-            count += n
-            per_node[node_id] += n
+            gpus, cpus, memory = free[node_id]
+            free[node_id] = (gpus + g, cpus + c, memory + m)
+            carries = carried(cpus + c, memory + m, request, gpus + g)
+            count += carries - room[node_id]
+            room[node_id] = carries
             when = t
         if count < need:
             return None
-        # Hold only the nodes it needs: those with the most GPUs by then, so that the
-        # gang spans as few as it can and the rest of the cluster stays open.
+        # Hold only the nodes it needs: those that carry the most of it by then, so
+        # that the gang spans as few as it can and the rest of the cluster stays open.
         chosen, held = [], 0
-        for node_id, c in sorted(per_node.items(), key=lambda nc: (-nc[1], nc[0])):
+        for node_id, c in sorted(room.items(), key=lambda nc: (-nc[1], nc[0])):
             if held >= need or c <= 0:
                 break
             chosen.append(node_id)
@@ -76,16 +110,17 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
         return Reservation(job.job_id, when, tuple(sorted(chosen)))
     best: tuple[float, str] | None = None
     for node in view.snapshot.nodes:
-        if node_can_ever_fit(node, job.request) is not None:
+        if node_can_ever_fit(node, request) is not None:
             continue  # too few GPUs (or too small), CPUs or memory, however long it waits
-        have = len(usable_for(view, node.node_id, job))
+        cap = view.capacity[node.node_id]
+        have, cpus, memory = len(usable_for(view, node.node_id, job)), cap.cpus, cap.memory_mib
         when = view.now
-        for t, n in releases.get(node.node_id, ()):
-            if have >= need:
+        for t, g, c, m in releases.get(node.node_id, ()):
+            if have >= need and has_room(cpus, memory, request):
                 break
-            have += n
-            when = t
-        if have >= need and (best is None or (when, node.node_id) < best):
+            have, cpus, memory, when = have + g, cpus + c, memory + m, t
+        fits = have >= need and has_room(cpus, memory, request)
+        if fits and (best is None or (when, node.node_id) < best):
             best = (when, node.node_id)
     if best is None:
         return None

@@ -74,8 +74,9 @@ class View:
     # them: capacity only shrinks as the plan goes on, so a request that did not fit (or
     # found no victims) will not later in the same cycle.
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
-    # (shards, expected end) of the jobs this plan starts, for reservations.
-    launched: list[tuple[tuple[Shard, ...], float]] = field(default_factory=list)
+    # (shards, expected end, request) of the jobs this plan starts or resumes, for
+    # reservations.
+    launched: list[tuple[tuple[Shard, ...], float, Request]] = field(default_factory=list)
     # The jobs this plan launches that hold GPUs, and where: a plan's recheck time counts
     # them as running from now, as it counts the placed (they come of age, their
     # service grows).
@@ -216,7 +217,7 @@ class View:
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             self._take_on(shard, part, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
-        self.launched.append((shards, self.now + self.estimate(job)))
+        self.launched.append((shards, self.now + self.estimate(job), job.request))
         self.launching.append((job, shards))
 
     def _take_on(self, shard: Shard, part: Request, size: int | None) -> None:
@@ -286,7 +287,7 @@ class View:
         for shard in job.shards:
             self._take_on(shard, _GPUS_ONLY, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
-        self.launched.append((job.shards, self.now + self.remaining(job)))
+        self.launched.append((job.shards, self.now + self.remaining(job), job.request))
 
     def claim(self, job: PlacedJob, shards: tuple[Shard, ...]) -> None:
         """A running job's move to `shards` (free in this plan): it takes them now and

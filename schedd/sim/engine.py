@@ -325,9 +325,19 @@ class Simulation:
             if self._unsorted:
                 self.pending = dict(sorted(self.pending.items()))
                 self._unsorted = False
-            window = islice(self.pending.values(), self.profile.pending_window)
-            self._pending_view = tuple(self._pending_job(job) for job in window)
+            window = self.profile.pending_window
+            view = [self._pending_job(job) for job in islice(self.pending.values(), window)]
+            if self._claimants and len(self.pending) > window:
+                view += [self._pending_job(job) for job in self._claimants_beyond(view)]
+            self._pending_view = tuple(view)
         return self._pending_view
+
+    def _claimants_beyond(self, window: list[PendingJob]) -> list[SimJob]:
+        """The claimants still pending behind the window, in submission order: the
+        GPUs on their way out are theirs, whatever requeued jobs came before them."""
+        inside = {j.job_id for j in window}
+        beyond = (self.by_id[c] for c in self._claimants if c not in inside)
+        return sorted((j for j in beyond if j.state == PENDING), key=lambda j: j.seq)
 
     def _pending_job(self, job: SimJob) -> PendingJob:
         version = self.estimates.version(job.spec)
@@ -459,7 +469,10 @@ class Simulation:
             changed |= self._launch(launch, now)
         # Kept for the next plans, in place of the last plan's (a plan names all it
         # holds). They move no GPU: not a change to plan again for.
-        self._claimants = frozenset(plan.claimants)
+        if plan.claimants != self._claimants:
+            self._claimants = frozenset(plan.claimants)
+            if len(self.pending) > self.profile.pending_window:
+                self._views_changed()  # a claimant may be behind the window
         return changed
 
     def _suspend(self, action: Suspend, now: float) -> bool:

@@ -190,7 +190,8 @@ async def list_jobs(
 
 
 async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
-    """The oldest `limit` pending jobs, in submission order."""
+    """The oldest `limit` pending jobs, and the claimants behind them (the GPUs on
+    their way out are theirs, whatever requeued jobs came before), in submission order."""
     return await pool.fetch(
         "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
         " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
@@ -199,7 +200,10 @@ async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
         " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
         " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus,"
         " migrate_gpu_uuids, claimant"
-        " FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1",
+        " FROM jobs WHERE id IN ("
+        "(SELECT id FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1)"
+        " UNION SELECT id FROM jobs WHERE claimant AND state = 'pending'"
+        ") ORDER BY seq",
         limit,
     )
 

@@ -170,3 +170,17 @@ async def test_event_log_is_append_only(pool: asyncpg.Pool) -> None:
         )
     with pytest.raises(asyncpg.RaiseError, match="append-only"):
         await pool.execute("DELETE FROM job_events WHERE job_id = $1", row["id"])
+
+
+async def test_the_pending_window_keeps_the_claimants_behind_it(pool: asyncpg.Pool) -> None:
+    """A claimant is read for planning even when older jobs (requeued ones, say) fill
+    the window before it: the GPUs on their way out are for it."""
+    ids = [(await jobs.submit(pool, "alice", spec(f"j{i}"), None))[0]["id"] for i in range(5)]
+    assert [r["id"] for r in await jobs.pending(pool, 2)] == ids[:2]
+    await jobs.keep_claimants(pool, {ids[3], ids[0]})
+    rows = await jobs.pending(pool, 2)
+    assert [r["id"] for r in rows] == [ids[0], ids[1], ids[3]]
+    assert [r["claimant"] for r in rows] == [True, False, True]
+    # Once it is no longer pending, it is not read, marked or not.
+    await pool.execute("UPDATE jobs SET state = 'cancelled' WHERE id = $1", ids[3])
+    assert [r["id"] for r in await jobs.pending(pool, 2)] == ids[:2]

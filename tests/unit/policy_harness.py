@@ -100,6 +100,7 @@ def placed(
     gpu_indices: list[int],
     cpus: float = 1,
     memory_mib: int = 1024,
+    gpu_memory_mib: int | None = None,
     *,
     user: str = "alice",
     queue: str = "default",
@@ -115,7 +116,7 @@ def placed(
         user,
         queue,
         (Shard(on.node_id, tuple(on.gpus[i].uuid for i in gpu_indices)),),
-        Request(len(gpu_indices), cpus, memory_mib),
+        Request(len(gpu_indices), cpus, memory_mib, gpu_memory_mib),
         state,
         started_at=started_at,
         kind=kind,
@@ -178,9 +179,15 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
     suspends and resumes are done) nor shared by two opportunistic ones, only running
     jobs paused and only suspended ones resumed, no node over its CPUs or memory,
     each launch on connected nodes with exactly the GPUs asked, each with the GPU memory
-    asked (on one node unless the snapshot allows more), every pending job either
-    launched or given a reason."""
+    asked (on one node unless the snapshot allows more), each move's and grow's GPUs with
+    the memory asked, every pending job either launched or given a reason."""
     by_node = {n.node_id: n for n in snap.nodes}
+    sizes = {g.uuid: g.memory_mib for n in snap.nodes for g in n.gpus}
+
+    def big_enough(uuids: tuple[str, ...], request: Request) -> bool:
+        least = request.gpu_memory_mib
+        return least is None or all(sizes[u] >= least for u in uuids)
+
     requests = {j.job_id: j.request for j in snap.pending}
     ranges = {j.job_id: j.gpu_range for j in snap.pending}
     kinds = {j.job_id: j.kind for j in (*snap.pending, *snap.placed)}
@@ -208,12 +215,15 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         assert mover.state == "running" and move.job_id not in paused, "a move of a job not running"
         assert len(move.gpu_uuids) == mover.request.gpus
         assert set(move.gpu_uuids) <= {g.uuid for g in by_node[move.node_id].gpus}
+        assert big_enough(move.gpu_uuids, mover.request), "a move to GPUs too small"
         used.extend(move.gpu_uuids)  # held from now, beside its own until it runs there
     for resize in (a for a in plan.actions if isinstance(a, Resize)):
         job = placed_by_id[resize.job_id]
         assert job.state == "running" and job.gpu_range is not None, "a resize of what may not"
         assert job.gpu_range[0] <= resize.gpus == len(resize.gpu_uuids) <= job.gpu_range[1]
         assert set(resize.gpu_uuids) <= {g.uuid for g in by_node[resize.node_id].gpus}
+        grown = tuple(u for u in resize.gpu_uuids if u not in job.gpu_uuids)
+        assert big_enough(grown, job.request), "a grow into GPUs too small"
         used.extend(u for u in resize.gpu_uuids if u not in job.gpu_uuids)  # a grow's new ones
     shared = [u for j in snap.placed for u in j.gpu_uuids if j.kind == OPPORTUNISTIC]
     cpus = dict.fromkeys(by_node, 0.0)
@@ -233,9 +243,7 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         for shard in launch.shards:
             assert shard.node_id in by_node
             assert set(shard.gpu_uuids) <= {g.uuid for g in by_node[shard.node_id].gpus}
-            if request.gpu_memory_mib is not None:  # GPUs with the memory asked for
-                sizes = {g.uuid: g.memory_mib for g in by_node[shard.node_id].gpus}
-                assert all(sizes[u] >= request.gpu_memory_mib for u in shard.gpu_uuids)
+            assert big_enough(shard.gpu_uuids, request), "a launch on GPUs too small"
         (shared if kinds[launch.job_id] == OPPORTUNISTIC else used).extend(launch.gpu_uuids)
         holders.append((launch.shards, request))
     for shards, request in holders:

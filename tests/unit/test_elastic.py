@@ -46,6 +46,11 @@ def test_an_elastic_job_starts_on_the_most_gpus_that_fit() -> None:
     # A job that is not elastic never starts smaller.
     plan = run("fifo", snapshot([n], [pending("rigid", 4)], busy))
     assert plan.waiting["rigid"].code == "no_capacity"
+    # One that no node could run whole is planned at the most a node could run, and
+    # its label names its range's most.
+    wide = elastic(pending("e", 8), 2, 8)
+    plan = run("fifo", snapshot([n], [wide], busy))  # type: ignore[list-item]
+    assert "elastic, on 3 of its 8 GPUs" in launches(plan)["e"].reason
 
 
 def test_an_elastic_job_starts_smaller_on_what_the_jobs_behind_it_leave() -> None:

@@ -44,7 +44,7 @@ QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> Snapshot:
+def clusters(draw: st.DrawFn, most_waiting: int = 15) -> Snapshot:
     # Where CPUs are scarce, each running job holds 2 per GPU (and its suspended or
     # packed copy as much again) and a waiting one asks for 1 to 8 per GPU: CPUs, not
     # GPUs alone, decide where jobs fit and what a job that preempts must hold.
@@ -59,6 +59,20 @@ def clusters(draw: st.DrawFn) -> Snapshot:
             rack=f"r{i % 2}",
         )
         for i, g in enumerate(sizes)
+    ]
+    # Some nodes mix GPU sizes (the upper half small): a job asking for 40,000 MiB may
+    # use only part of such a node, to launch, grow or move onto.
+    nodes = [
+        dataclasses.replace(
+            n,
+            gpus=tuple(
+                dataclasses.replace(g, memory_mib=16_384) if 2 * g.index >= len(n.gpus) else g
+                for g in n.gpus
+            ),
+        )
+        if draw(st.integers(0, 3)) == 0
+        else n
+        for n in nodes
     ]
     queues = tuple(
         QueueSpec(
@@ -82,6 +96,11 @@ def clusters(draw: st.DrawFn) -> Snapshot:
                 nodes[k],
                 take,
                 2 * len(take) if scarce else 1,
+                # A job on big GPUs may ask for their memory: it can move or grow only
+                # onto GPUs as big.
+                gpu_memory_mib=draw(st.sampled_from([None, 40_000]))
+                if all(nodes[k].gpus[i].memory_mib >= 40_000 for i in take)
+                else None,
                 queue=draw(st.sampled_from(QUEUE_NAMES)),
                 user=draw(st.sampled_from(["u1", "u2"])),
                 started_at=draw(st.sampled_from([0.0, 9_000.0])),
@@ -138,7 +157,7 @@ def clusters(draw: st.DrawFn) -> Snapshot:
             estimate_s=draw(st.none() | st.sampled_from([60.0, 5_000.0])),
             attained_s=draw(st.sampled_from([0.0, 50_000.0])),
         )
-        for j in range(draw(st.integers(0, 15)))
+        for j in range(draw(st.integers(0, most_waiting)))
     ]
     # Elastic jobs (Gandiva's grow/shrink), waiting and running, may use half to all.
     waiting = [
@@ -163,6 +182,16 @@ def clusters(draw: st.DrawFn) -> Snapshot:
 def test_every_plan_is_valid_and_gangs_are_whole(snap: Snapshot, name: str) -> None:
     plan = policy.profile(name).plan(snap, 10_000.0)
     assert_valid(snap, plan)  # no GPU twice, nodes within CPUs/memory, all GPUs of a gang
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=clusters(most_waiting=2), name=st.sampled_from(["gandiva", "default-gandiva"]))
+def test_moves_grows_and_shrinks_keep_plans_valid(snap: Snapshot, name: str) -> None:
+    """With few jobs waiting, Gandiva's moves, grows and shrinks come into play (jobs
+    grow only when none waits): each onto GPUs free and large enough, nodes within
+    their CPUs and memory."""
+    plan = policy.profile(name).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

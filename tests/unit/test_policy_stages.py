@@ -760,6 +760,53 @@ def test_a_blocked_gang_reserves_and_only_jobs_ending_in_time_backfill() -> None
     assert (reserve.job_id, reserve.node_ids, reserve.expected_start) == ("gang", ("n",), 1000.0)
 
 
+def test_a_reservation_waits_for_the_cpus_beside_the_gpus() -> None:
+    """On `a` four GPUs free at 1000 s, but the CPUs to run the job there only at
+    5000 s; on `b` both at 3000 s: the job is promised `b` at 3000 s."""
+    a, b = node("a", 8, cpus=16), node("b", 8, cpus=16)
+    held = [
+        placed("gpu-heavy", a, [0, 1, 2, 3], 1, started_at=0.0, estimate_s=1000.0),
+        placed("cpu-heavy", a, [4], 13, started_at=0.0, estimate_s=5000.0),
+        placed("whole", b, list(range(8)), 2, started_at=0.0, estimate_s=3000.0),
+    ]
+    snap = snapshot([a, b], [pending("job", 4, 8, at=1.0)], held)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
+    (reserve,) = [x for x in plan.actions if isinstance(x, Reserve)]
+    assert (reserve.node_ids, reserve.expected_start) == (("b",), 3000.0)
+
+
+def test_a_gang_reservation_counts_only_the_gpus_its_share_of_cpus_can_run_on() -> None:
+    """A 16-GPU gang of 32 CPUs takes 2 CPUs per GPU. `a` has 9 GPUs free now. `c`
+    frees 7 GPUs at 1000 s but keeps 14 of its 16 CPUs until 6000 s: one GPU's share;
+    `d` frees 8 GPUs at 2000 s. Counting GPUs alone it would be `a` and `c` at 1000 s."""
+    a, c, d = node("a", 9, cpus=18), node("c", 8, cpus=16), node("d", 8, cpus=16)
+    held = [
+        placed("c-gpus", c, list(range(7)), 0, started_at=0.0, estimate_s=1000.0),
+        placed("c-cpus", c, [7], 14, started_at=0.0, estimate_s=6000.0),
+        placed("d-all", d, list(range(8)), 0, started_at=0.0, estimate_s=2000.0),
+    ]
+    snap = snapshot([a, c, d], [pending("gang", 16, 32, at=1.0)], held, multi_node=True)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
+    (reserve,) = [x for x in plan.actions if isinstance(x, Reserve)]
+    assert (reserve.node_ids, reserve.expected_start) == (("a", "d"), 2000.0)
+
+
+def test_a_gang_reservation_counts_only_gpus_with_the_memory_it_asks() -> None:
+    """The 16 GiB GPUs that free at 1000 s are no use to a gang asking 40,000 MiB; the
+    80 GiB ones that free at 3000 s are."""
+    a, b = node("a", 8), node("b", 8)
+    small = node("small", 8, gpu_memory_mib=16_384)
+    held = [
+        placed("small-all", small, list(range(8)), started_at=0.0, estimate_s=1000.0),
+        placed("b-all", b, list(range(8)), started_at=0.0, estimate_s=3000.0),
+    ]
+    gang = pending("gang", 16, gpu_memory_mib=40_000, at=1.0)
+    snap = snapshot([a, b, small], [gang], held, multi_node=True)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
+    (reserve,) = [x for x in plan.actions if isinstance(x, Reserve)]
+    assert (reserve.node_ids, reserve.expected_start) == (("a", "b"), 3000.0)
+
+
 def test_a_reservation_waits_until_the_job_has_waited_reserve_after_s() -> None:
     n = node("n", 8)
     busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)

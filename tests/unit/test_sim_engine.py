@@ -287,6 +287,27 @@ def test_a_plans_claimants_reach_the_next_plans_until_a_plan_names_others() -> N
     }
 
 
+def test_a_claimant_behind_the_pending_window_is_in_the_next_snapshots() -> None:
+    """With a window of one job, c (behind b) is seen only while a plan names it."""
+    seen: dict[float, tuple[str, ...]] = {}
+
+    def claim_c_at_3(snapshot: Snapshot, now: float) -> Plan:
+        seen[now] = tuple(j.job_id for j in snapshot.pending)
+        plan = Plan()
+        if 3 <= now < 4:
+            plan.claimants.add("c")
+        return plan
+
+    trace = [job("a", 0, 10), job("b", 1, 1), job("c", 2, 1)]
+    simulate(trace, "1x1", scripted(claim_c_at_3, tick_s=1, window=1))
+    assert {t: ids for t, ids in seen.items() if 2 <= t <= 5} == {
+        2.0: ("b",),
+        3.0: ("b",),
+        4.0: ("b", "c"),
+        5.0: ("b",),
+    }
+
+
 # ---- other actions -------------------------------------------------------------------
 
 

@@ -55,7 +55,7 @@ def _unmeasured(view: View, request: Request) -> set[str]:
     """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
     or it is a young holder. For a job that asks for GPU memory, every young holder's:
     a figure of its utilisation says nothing of the memory its window has not seen."""
-    fresh = {u for shards, _ in view.launched for s in shards for u in s.gpu_uuids}
+    fresh = {u for shards, _, _ in view.launched for s in shards for u in s.gpu_uuids}
     memory = request.gpu_memory_mib is not None
     fresh.update(u for job, _ in _young_holders(view, memory) for u in job.gpu_uuids)
     return fresh
@@ -116,7 +116,7 @@ class _ShareIndex:
         known = self.lists.get(node.node_id)
         if known is not None and known[0] is free and known[1] is sharers:
             return known[2]
-        for shards, _ in view.launched[self.seen :]:
+        for shards, _, _ in view.launched[self.seen :]:
             for shard in shards:
                 self.launched_on.setdefault(shard.node_id, set()).update(shard.gpu_uuids)
         self.seen = len(view.launched)
