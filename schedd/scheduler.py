@@ -321,7 +321,7 @@ class Scheduler:
                         waiter.set_result(None)
             elif isinstance(action, Suspend) and action.job_id in placed:
                 unfreed.update(placed[action.job_id].gpu_uuids)
-        full = len(snapshot.pending) == window
+        full = len(snapshot.pending) >= window  # claimants behind it come beside it
         self.waiting, self.reservations = plan.waiting, reservations
         self.last = Cycle(now, snapshot.pending, plan)
         self._beyond = (

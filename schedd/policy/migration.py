@@ -117,14 +117,18 @@ def promised(view: View) -> set[str]:
     return known
 
 
-def leaving_gpus(view: View, node_id: str) -> int:
-    """GPUs of the node that moves under way (migrations, shrinks) will free."""
+def leaving_gpus(view: View, node_id: str, least_mib: int | None = None) -> int:
+    """GPUs of the node that moves under way (migrations, shrinks) will free: those
+    with at least `least_mib` of memory, where given."""
     freed = 0
     for job in placed_on(view).get(node_id, []):
         if job.state == MIGRATING:
             staying = {u for s in job.moving_to for u in s.gpu_uuids}
             here = (u for s in job.shards if s.node_id == node_id for u in s.gpu_uuids)
-            freed += sum(u not in staying for u in here)
+            leaving = [u for u in here if u not in staying]
+            if least_mib is not None:
+                leaving = [u for u in leaving if view.gpu(u).memory_mib >= least_mib]
+            freed += len(leaving)
     return freed
 
 
@@ -143,7 +147,7 @@ def short_nodes(job: PendingJob, view: View, promised: set[str]) -> Iterator[tup
     )[:_NODES_TRIED]
     for node_id in nodes:
         missing = job.request.gpus - len(usable_for(view, node_id, job))
-        if missing > 0 and missing > leaving_gpus(view, node_id):
+        if missing > 0 and missing > leaving_gpus(view, node_id, job.request.gpu_memory_mib):
             # where it fits, or will once moves under way are done, it waits for
             # something more room does not change
             yield node_id, missing

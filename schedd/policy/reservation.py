@@ -19,7 +19,14 @@ from schedd.policy.placement import (
     node_can_ever_fit,
     usable_for,
 )
-from schedd.policy.snapshot import PendingJob, Request, Shard, holds_gpus, shard_requests
+from schedd.policy.snapshot import (
+    SUSPENDED,
+    PendingJob,
+    Request,
+    Shard,
+    holds_gpus,
+    shard_requests,
+)
 from schedd.policy.view import Reservation, View
 
 # (expected time, GPUs of the job's size, CPUs, memory) a node gets back then
@@ -27,8 +34,11 @@ Release = tuple[float, int, float, int]
 
 
 def _releases(view: View, job: PendingJob) -> dict[str, list[Release]]:
-    """Per node, what placed jobs, and those this plan starts, give back, soonest first:
-    their GPUs (counted only where big enough for `job`), CPUs and memory."""
+    """Per connected node, what placed jobs, and those this plan starts, give back,
+    soonest first: the GPUs they hold (counted only where big enough for `job`), and
+    their CPUs and memory, which jobs on shared GPUs (opportunistic, packed) hold too.
+    A suspended job's CPUs and memory, and those of a job this plan pauses, are held
+    until it runs again: not foreseen. Nor are a sharer's this plan starts."""
     least = job.request.gpu_memory_mib
 
     def usable(shard: Shard) -> int:
@@ -36,20 +46,23 @@ def _releases(view: View, job: PendingJob) -> dict[str, list[Release]]:
             return len(shard.gpu_uuids)
         return sum(view.gpu(u).memory_mib >= least for u in shard.gpu_uuids)
 
-    out: dict[str, list[Release]] = defaultdict(list)
-    ends: list[tuple[tuple[Shard, ...], float, Request]] = []
+    ends: list[tuple[tuple[Shard, ...], float, Request, bool]] = []
     for placed in view.snapshot.placed:
-        if not holds_gpus(placed) or placed.job_id in view.paused:
-            continue  # its GPUs are free for the gang already (its CPUs, not counted)
+        if placed.state == SUSPENDED or placed.job_id in view.paused:
+            continue  # its GPUs are free for the job already
         if placed.job_id in view.stopping:
             end = view.now
         else:
             end = max(view.started(placed) + view.estimate(placed), view.now)
-        ends.append((placed.shards, end, placed.request))
-    ends += view.launched
-    for shards, end, request in ends:
+        ends.append((placed.shards, end, placed.request, holds_gpus(placed)))
+    ends += ((shards, end, request, True) for shards, end, request in view.launched)
+    out: dict[str, list[Release]] = defaultdict(list)
+    connected = view.capacity
+    for shards, end, request, gpus in ends:
         for shard, part in zip(shards, shard_requests(request, shards), strict=True):
-            out[shard.node_id].append((end, usable(shard), part.cpus, part.memory_mib))
+            if shard.node_id in connected:  # a node away gives nothing back for now
+                freed = usable(shard) if gpus else 0
+                out[shard.node_id].append((end, freed, part.cpus, part.memory_mib))
     for releases in out.values():
         releases.sort()
     return out

@@ -248,6 +248,8 @@ def assert_valid(snap: Snapshot, plan: Plan) -> None:
         holders.append((launch.shards, request))
     for shards, request in holders:
         for shard, part in zip(shards, shard_requests(request, shards), strict=True):
+            if shard.node_id not in by_node:
+                continue  # a node away: nothing is placed there
             cpus[shard.node_id] += part.cpus
             mem[shard.node_id] += part.memory_mib
     assert len(used) == len(set(used)), "a GPU was given twice"

@@ -50,6 +50,19 @@ def test_a_running_job_moves_to_free_one_node_for_a_waiting_job() -> None:
     assert not preempted(plan) and not launches(plan)
 
 
+def test_a_job_moves_only_onto_gpus_with_the_memory_it_asks() -> None:
+    """b's one free GPU is a 16 GiB one: `small`, which asks 40,000 MiB, may not move
+    there, so `tail` moves instead."""
+    (a, b), running = fragmented()
+    b = dataclasses.replace(
+        b, gpus=(*b.gpus[:3], dataclasses.replace(b.gpus[3], memory_mib=16_384))
+    )
+    asks = dataclasses.replace(running[0].request, gpu_memory_mib=40_000)
+    running[0] = dataclasses.replace(running[0], request=asks)
+    plan = run("gandiva", snapshot([a, b], [pending("wide", 2)], running), now=1000.0)
+    assert set(moves(plan)) == {"tail"} and moves(plan)["tail"].gpu_uuids == ("b-g3",)
+
+
 def test_no_move_when_the_wait_is_shorter_than_the_moves_cost() -> None:
     nodes, running = fragmented()
     ending = [

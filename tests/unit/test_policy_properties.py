@@ -44,7 +44,7 @@ QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
 
 
 @st.composite
-def clusters(draw: st.DrawFn, most_waiting: int = 15) -> Snapshot:
+def clusters(draw: st.DrawFn, most_waiting: int = 15, mixed_one_in: int = 4) -> Snapshot:
     # Where CPUs are scarce, each running job holds 2 per GPU (and its suspended or
     # packed copy as much again) and a waiting one asks for 1 to 8 per GPU: CPUs, not
     # GPUs alone, decide where jobs fit and what a job that preempts must hold.
@@ -60,19 +60,23 @@ def clusters(draw: st.DrawFn, most_waiting: int = 15) -> Snapshot:
         )
         for i, g in enumerate(sizes)
     ]
-    # Some nodes mix GPU sizes (the upper half small): a job asking for 40,000 MiB may
-    # use only part of such a node, to launch, grow or move onto.
+    # Some nodes mix GPU sizes (the lower half small): a job asking for 40,000 MiB may
+    # use only part of such a node, to launch, grow or move onto. Running jobs take a
+    # mixed node's large GPUs first, so that what is left free there, lowest index
+    # first, is small: a grow or a move that took free GPUs without asking their size
+    # would take small ones.
+    mixed = [draw(st.integers(1, mixed_one_in)) == 1 for _ in nodes]
     nodes = [
         dataclasses.replace(
             n,
             gpus=tuple(
-                dataclasses.replace(g, memory_mib=16_384) if 2 * g.index >= len(n.gpus) else g
+                dataclasses.replace(g, memory_mib=16_384) if 2 * g.index < len(n.gpus) else g
                 for g in n.gpus
             ),
         )
-        if draw(st.integers(0, 3)) == 0
+        if mix
         else n
-        for n in nodes
+        for n, mix in zip(nodes, mixed, strict=True)
     ]
     queues = tuple(
         QueueSpec(
@@ -84,7 +88,7 @@ def clusters(draw: st.DrawFn, most_waiting: int = 15) -> Snapshot:
         )
         for q in QUEUE_NAMES
     )
-    free = [list(range(len(n.gpus))) for n in nodes]
+    free = [sorted(range(len(n.gpus)), key=lambda i, n=n: -n.gpus[i].memory_mib) for n in nodes]
     running = []
     for j in range(draw(st.integers(0, 10))):
         if (drawn := draw_free_gpus(draw, free)) is None:
@@ -185,11 +189,14 @@ def test_every_plan_is_valid_and_gangs_are_whole(snap: Snapshot, name: str) -> N
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(snap=clusters(most_waiting=2), name=st.sampled_from(["gandiva", "default-gandiva"]))
+@given(
+    snap=clusters(most_waiting=2, mixed_one_in=1),
+    name=st.sampled_from(["gandiva", "default-gandiva"]),
+)
 def test_moves_grows_and_shrinks_keep_plans_valid(snap: Snapshot, name: str) -> None:
     """With few jobs waiting, Gandiva's moves, grows and shrinks come into play (jobs
     grow only when none waits): each onto GPUs free and large enough, nodes within
-    their CPUs and memory."""
+    their CPUs and memory. Every node mixes GPU sizes here."""
     plan = policy.profile(name).plan(snap, 10_000.0)
     assert_valid(snap, plan)
 

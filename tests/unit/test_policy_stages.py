@@ -807,6 +807,33 @@ def test_a_gang_reservation_counts_only_gpus_with_the_memory_it_asks() -> None:
     assert (reserve.node_ids, reserve.expected_start) == (("a", "b"), 3000.0)
 
 
+def test_a_reservation_counts_the_cpus_a_job_on_shared_gpus_gives_back() -> None:
+    """An opportunistic job holds 10 of the node's 16 CPUs until 500 s (no GPU of its
+    own); the GPUs free at 1000 s: the job is promised the node at 1000 s."""
+    n = node("n", 8, cpus=16)
+    held = [
+        placed("g", n, [0, 1, 2, 3], 4, started_at=0.0, estimate_s=1000.0),
+        placed("o", n, [4], 10, started_at=0.0, estimate_s=500.0, kind=OPPORTUNISTIC),
+    ]
+    snap = snapshot([n], [pending("job", 8, 8, at=1.0)], held)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
+    (reserve,) = [x for x in plan.actions if isinstance(x, Reserve)]
+    assert (reserve.node_ids, reserve.expected_start) == (("n",), 1000.0)
+
+
+def test_a_reservation_for_gpu_memory_beside_a_job_on_a_node_away() -> None:
+    """A job still placed on a node that is away gives nothing back for the plan."""
+    a, away = node("a", 8), node("away", 8)
+    held = [
+        placed("busy", a, list(range(8)), started_at=0.0, estimate_s=1000.0),
+        placed("on-away", away, [0, 1], started_at=0.0, estimate_s=500.0),
+    ]
+    snap = snapshot([a], [pending("job", 4, gpu_memory_mib=40_000, at=1.0)], held)
+    plan = run("backfill", snap, now=100.0, reserve_after_s=0.0)
+    (reserve,) = [x for x in plan.actions if isinstance(x, Reserve)]
+    assert (reserve.node_ids, reserve.expected_start) == (("a",), 1000.0)
+
+
 def test_a_reservation_waits_until_the_job_has_waited_reserve_after_s() -> None:
     n = node("n", 8)
     busy = placed("busy", n, [0, 1, 2, 3], started_at=0.0, estimate_s=1000.0)
