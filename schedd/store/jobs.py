@@ -189,21 +189,28 @@ async def list_jobs(
     )
 
 
+_PENDING_COLUMNS = (
+    "id, seq, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
+    " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
+    f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
+    " spec->'inputs' AS inputs, prefetched_to,"
+    " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
+    " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus,"
+    " migrate_gpu_uuids, claimant"
+)
+
+
 async def pending(pool: asyncpg.Pool, limit: int) -> list[asyncpg.Record]:
     """The oldest `limit` pending jobs, and the claimants behind them (the GPUs on
-    their way out are theirs, whatever requeued jobs came before), in submission order."""
+    their way out are theirs, whatever requeued jobs came before), in submission order.
+    Each part is read by its own partial index: no pass over the table's history."""
     return await pool.fetch(
-        "SELECT id, user_name, name, queue, priority, kind, gpus, cpus, memory_mib,"
-        " gpu_memory_mib, extract(epoch FROM submitted_at)::float8 AS submitted_s,"
-        f" estimated_runtime_s, attained_gpu_s, pin_node_id, {_PLANNING_COLUMNS},"
-        " spec->'inputs' AS inputs, prefetched_to,"
-        " coalesce((spec->>'stay_guaranteed')::boolean, false) AS stay_guaranteed,"
-        " coalesce(spec->>'kind', 'guaranteed') AS spec_kind, min_gpus, max_gpus,"
-        " migrate_gpu_uuids, claimant"
-        " FROM jobs WHERE id IN ("
-        "(SELECT id FROM jobs WHERE state = 'pending' ORDER BY seq LIMIT $1)"
-        " UNION SELECT id FROM jobs WHERE claimant AND state = 'pending'"
-        ") ORDER BY seq",
+        f"WITH head AS (SELECT {_PENDING_COLUMNS} FROM jobs"
+        " WHERE state = 'pending' ORDER BY seq LIMIT $1)"
+        " SELECT * FROM head UNION ALL"
+        f" SELECT {_PENDING_COLUMNS} FROM jobs WHERE claimant AND state = 'pending'"
+        " AND seq > (SELECT max(seq) FROM head)"
+        " ORDER BY seq",
         limit,
     )
 
