@@ -23,13 +23,17 @@ UNBOUNDED_MEMORY_MIB = 1 << 62
 
 
 def queue_spec(name: str, q: QueueConfig) -> QueueSpec:
-    guarantee = Resources(q.guarantee_gpus, q.guarantee_cpus, q.guarantee_memory_mib)
-    limited = (q.max_gpus, q.max_cpus, q.max_memory_mib) != (None, None, None)
+    guarantee = Resources(
+        q.guarantee_gpus, q.guarantee_cpus, q.guarantee_memory_mib, q.guarantee_gpu_memory_mib
+    )
+    limits = (q.max_gpus, q.max_cpus, q.max_memory_mib, q.max_gpu_memory_mib)
+    limited = any(limit is not None for limit in limits)
     most = (
         Resources(
             q.max_gpus if q.max_gpus is not None else UNBOUNDED_GPUS,
             q.max_cpus if q.max_cpus is not None else math.inf,
             q.max_memory_mib if q.max_memory_mib is not None else UNBOUNDED_MEMORY_MIB,
+            q.max_gpu_memory_mib if q.max_gpu_memory_mib is not None else UNBOUNDED_MEMORY_MIB,
         )
         if limited
         else None

@@ -20,13 +20,24 @@ from shared.config import QueueConfig
 
 
 def _resources(r: Resources) -> dict[str, Any]:
-    return {"gpus": r.gpus, "cpus": round(r.cpus, 3), "memory_mib": r.memory_mib}
+    return {
+        "gpus": r.gpus,
+        "cpus": round(r.cpus, 3),
+        "memory_mib": r.memory_mib,
+        "gpu_memory_mib": r.gpu_memory_mib,
+    }
 
 
 def _max(q: QueueConfig | None) -> dict[str, Any] | None:
-    if q is None or (q.max_gpus, q.max_cpus, q.max_memory_mib) == (None, None, None):
+    if q is None:
         return None
-    return {"gpus": q.max_gpus, "cpus": q.max_cpus, "memory_mib": q.max_memory_mib}
+    most = {
+        "gpus": q.max_gpus,
+        "cpus": q.max_cpus,
+        "memory_mib": q.max_memory_mib,
+        "gpu_memory_mib": q.max_gpu_memory_mib,
+    }
+    return most if any(v is not None for v in most.values()) else None
 
 
 def _borrowed(held: Resources, guarantee: Resources) -> Resources:
@@ -34,6 +45,7 @@ def _borrowed(held: Resources, guarantee: Resources) -> Resources:
         max(held.gpus - guarantee.gpus, 0),
         max(held.cpus - guarantee.cpus, 0.0),
         max(held.memory_mib - guarantee.memory_mib, 0),
+        max(held.gpu_memory_mib - guarantee.gpu_memory_mib, 0),
     )
 
 

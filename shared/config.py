@@ -40,9 +40,11 @@ class QueueConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     guarantee_gpus: Count
     guarantee_cpus: Amount = 0.0
     guarantee_memory_mib: Count = 0
+    guarantee_gpu_memory_mib: Count = 0
     max_gpus: Count | None = None
     max_cpus: Amount | None = None
     max_memory_mib: Count | None = None
+    max_gpu_memory_mib: Count | None = None
     weight: Annotated[float, Meta(gt=0)] = 1.0
     user_limit_factor: Annotated[float, Meta(gt=0)] | None = None
 
@@ -297,12 +299,12 @@ def _named_error(where: str, message: str) -> str:
 
 def _check_queue(name: str, queue: QueueConfig, queues: dict[str, QueueConfig]) -> None:
     where = f'queues."{name}"'
-    for dim in ("gpus", "cpus", "memory_mib"):
+    for dim in ("gpus", "cpus", "memory_mib", "gpu_memory_mib"):
         limit = getattr(queue, f"max_{dim}")
         floor = getattr(queue, f"guarantee_{dim}")
         if limit is not None and limit < floor:
             raise ConfigError(f"{where}.max_{dim}: must be ≥ guarantee_{dim} ({floor:g})")
-    # GPUs only: a parent's CPUs and memory left out (0) do not make its teams' wrong.
+    # GPUs only: a parent's CPUs and memories left out (0) do not make its teams' wrong.
     given = sum(q.guarantee_gpus for n, q in queues.items() if n.rpartition("/")[0] == name)
     if given > queue.guarantee_gpus:
         raise ConfigError(

@@ -160,6 +160,7 @@ class PlacedTotals:
             sum(len(n.gpus) for n in nodes),
             sum(n.cpus for n in nodes),
             sum(n.memory_mib for n in nodes),
+            sum(g.memory_mib for n in nodes for g in n.gpus),
         )
 
     def _add(self, i: int, job: PlacedJob, nodes: set[str], users: set[UserKey]) -> None:
@@ -245,12 +246,14 @@ class PlacedTotals:
             self.by_user.pop(key, None)
             self.held.pop(key, None)
             return
-        gpus, cpus, memory_mib = 0, 0.0, 0
+        gpus, cpus, memory_mib, gpu_memory_mib = 0, 0.0, 0, 0
         for r in requests.values():
             gpus += r.gpus
             cpus += r.cpus
             memory_mib += r.memory_mib
-        self.held[key] = Resources(gpus, cpus, memory_mib)
+            if r.gpu_memory_mib is not None:
+                gpu_memory_mib += r.gpus * r.gpu_memory_mib
+        self.held[key] = Resources(gpus, cpus, memory_mib, gpu_memory_mib)
 
 
 _kept = PlacedTotals()

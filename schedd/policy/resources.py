@@ -1,4 +1,9 @@
-"""A bundle of resources (GPUs, CPUs, memory) with the arithmetic quotas and DRF need."""
+"""A bundle of resources (GPUs, CPUs, memory, GPU memory) with the arithmetic quotas and
+DRF need.
+
+A job's GPU memory is what it asks for, per GPU times its GPUs (`Request.resources`); a
+job that asks none counts none, and is bounded by its GPUs alone.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +15,29 @@ class Resources:
     gpus: int = 0
     cpus: float = 0.0
     memory_mib: int = 0
+    gpu_memory_mib: int = 0
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(
-            self.gpus + other.gpus, self.cpus + other.cpus, self.memory_mib + other.memory_mib
+            self.gpus + other.gpus,
+            self.cpus + other.cpus,
+            self.memory_mib + other.memory_mib,
+            self.gpu_memory_mib + other.gpu_memory_mib,
         )
 
     def __sub__(self, other: Resources) -> Resources:
         return Resources(
-            self.gpus - other.gpus, self.cpus - other.cpus, self.memory_mib - other.memory_mib
+            self.gpus - other.gpus,
+            self.cpus - other.cpus,
+            self.memory_mib - other.memory_mib,
+            self.gpu_memory_mib - other.gpu_memory_mib,
         )
 
     def exceeds(self, limit: Resources) -> str | None:
         """The first dimension over a quota `limit`, in words, or None.
 
-        GPUs are always limited; a quota's CPUs or memory of 0 mean "not limited", since
-        most quotas are written in GPUs alone.
+        GPUs are always limited; a quota's CPUs, memory or GPU memory of 0 mean "not
+        limited", since most quotas are written in GPUs alone.
         """
         return self.exceeds_with(NOTHING, limit)
 
@@ -41,6 +53,9 @@ class Resources:
         memory_mib = self.memory_mib + more.memory_mib
         if limit.memory_mib > 0 and memory_mib > limit.memory_mib:
             return f"{memory_mib} MiB > {limit.memory_mib} MiB"
+        gpu_memory_mib = self.gpu_memory_mib + more.gpu_memory_mib
+        if limit.gpu_memory_mib > 0 and gpu_memory_mib > limit.gpu_memory_mib:
+            return f"{gpu_memory_mib} MiB of GPU memory > {limit.gpu_memory_mib} MiB"
         return None
 
     def dominant_share(self, total: Resources) -> float:
@@ -52,6 +67,8 @@ class Resources:
             share = self.cpus / total.cpus
         if total.memory_mib > 0 and self.memory_mib / total.memory_mib > share:
             share = self.memory_mib / total.memory_mib
+        if total.gpu_memory_mib > 0 and self.gpu_memory_mib / total.gpu_memory_mib > share:
+            share = self.gpu_memory_mib / total.gpu_memory_mib
         return max(share, 0.0)
 
 

@@ -104,7 +104,9 @@ class Request:
         return (Request, fields)
 
     def resources(self) -> Resources:
-        return Resources(self.gpus, self.cpus, self.memory_mib)
+        per_gpu = self.gpu_memory_mib
+        gpu_memory = self.gpus * per_gpu if per_gpu is not None else 0
+        return Resources(self.gpus, self.cpus, self.memory_mib, gpu_memory)
 
 
 _INTERNED: dict[Request, Request] = {}

@@ -31,6 +31,8 @@ user_limit_factor = 1.5
 
 [queues."nlp"]
 guarantee_gpus = 0
+guarantee_gpu_memory_mib = 163840
+max_gpu_memory_mib = 327680
 
 [profiles.default]
 tick_s = 0
@@ -62,7 +64,11 @@ def test_queues_become_queue_specs(tmp_path: Path) -> None:
     assert (det.weight, det.user_limit_factor) == (2.0, 1.5)
     vision = specs["vision"]
     assert vision.max is not None and vision.max.memory_mib == 1000000
-    assert specs["nlp"].max is None and specs["nlp"].weight == 1.0
+    nlp = specs["nlp"]
+    assert nlp.guarantee == Resources(0, 0.0, 0, 163840) and nlp.weight == 1.0
+    assert nlp.max is not None and nlp.max.gpu_memory_mib == 327680
+    assert nlp.max.gpus == policy_config.UNBOUNDED_GPUS  # bounded in GPU memory alone
+    assert specs["vision"].max.gpu_memory_mib == policy_config.UNBOUNDED_MEMORY_MIB
 
 
 def test_profiles_from_config_override_and_add(tmp_path: Path) -> None:
@@ -102,6 +108,8 @@ BAD = [
      'queues."a".max_cpus: must be ≥ guarantee_cpus'),
     ('[queues."a"]\nguarantee_gpus = 0\nguarantee_memory_mib = 10\nmax_memory_mib = 1',
      'queues."a".max_memory_mib: must be ≥ guarantee_memory_mib'),
+    ('[queues."a"]\nguarantee_gpus = 0\nguarantee_gpu_memory_mib = 10\nmax_gpu_memory_mib = 1',
+     'queues."a".max_gpu_memory_mib: must be ≥ guarantee_gpu_memory_mib'),
     ('[queues."a"]\nguarantee_gpus = -1',
      'queues."a".guarantee_gpus: Expected `int` >= 0'),
     ('[queues."a"]\nmax_gpus = 4',

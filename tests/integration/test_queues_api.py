@@ -14,7 +14,13 @@ from tests.integration.inprocess import api_call, start_schedd
 
 QUEUES = {
     "a": QueueConfig(guarantee_gpus=1, max_gpus=2),
-    "b": QueueConfig(guarantee_gpus=1, max_gpus=2, weight=2.0),
+    "b": QueueConfig(
+        guarantee_gpus=1,
+        max_gpus=2,
+        weight=2.0,
+        guarantee_gpu_memory_mib=500,
+        max_gpu_memory_mib=2000,
+    ),
 }
 
 
@@ -58,8 +64,14 @@ async def test_queues_show_usage_borrowing_shares_and_waits(pool: asyncpg.Pool) 
         assert status == 401
         agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         ids = []
-        for _ in range(2):
-            spec = {"name": "t", "command": ["true"], "queue": "b", "cpus": 2}
+        for _ in range(2):  # each asks 600 MiB of its GPU's memory
+            spec = {
+                "name": "t",
+                "command": ["true"],
+                "queue": "b",
+                "cpus": 2,
+                "gpu_memory_mib": 600,
+            }
             status, body = await api_call(schedd, bob, "POST", "/v1/jobs", spec)
             ids.append(body["id"])
             await agent.start(await agent.expect(p.Launch))
@@ -76,10 +88,10 @@ async def test_queues_show_usage_borrowing_shares_and_waits(pool: asyncpg.Pool) 
         queues = {q["name"]: q for q in body["queues"]}
         assert set(queues) == {"a", "b"}
         b = queues["b"]
-        assert b["guarantee"] == {"gpus": 1, "cpus": 0.0, "memory_mib": 0}
-        assert b["max"] == {"gpus": 2, "cpus": None, "memory_mib": None}
-        assert b["usage"] == {"gpus": 2, "cpus": 4.0, "memory_mib": 2048}
-        assert b["borrowed"] == {"gpus": 1, "cpus": 4.0, "memory_mib": 2048}
+        assert b["guarantee"] == {"gpus": 1, "cpus": 0.0, "memory_mib": 0, "gpu_memory_mib": 500}
+        assert b["max"] == {"gpus": 2, "cpus": None, "memory_mib": None, "gpu_memory_mib": 2000}
+        assert b["usage"] == {"gpus": 2, "cpus": 4.0, "memory_mib": 2048, "gpu_memory_mib": 1200}
+        assert b["borrowed"] == {"gpus": 1, "cpus": 4.0, "memory_mib": 2048, "gpu_memory_mib": 700}
         assert (b["weight"], b["pending"], b["configured"]) == (2.0, 1, True)
         assert b["waiting"] == {"queue_max": 1}  # b holds its max of 2 GPUs
         # DRF: b holds the whole cluster's 2 GPUs, at weight 2 that is a share of 0.5.

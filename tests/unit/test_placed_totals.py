@@ -161,11 +161,16 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
 
 def test_a_job_on_a_node_that_is_away_takes_nothing_from_the_nodes_there_are() -> None:
     away = node("away", gpus=2)
-    jobs = (placed("a", away, [0, 1], user="bob"), placed("b", NODES[0], [0]))
+    jobs = (
+        placed("a", away, [0, 1], gpu_memory_mib=30_000, user="bob"),
+        placed("b", NODES[0], [0]),
+    )
     totals = placed_totals(Snapshot(NODES, jobs, ()))
     assert kept(totals) == recount(NODES, jobs)
     assert "away" not in totals.free_capacity()
-    assert totals.held[("default", "bob")] == Resources(2, 1.0, 1024)
+    # The GPU memory a job asks counts with its GPUs; the cluster's, of connected nodes.
+    assert totals.held[("default", "bob")] == Resources(2, 1.0, 1024, 60_000)
+    assert totals.total == Resources(16, 64 + 64 + 32, 3 * 512_000, 16 * 81_920)
 
 
 def test_the_view_a_plan_changes_is_a_copy() -> None:

@@ -71,6 +71,27 @@ def test_a_parent_queue_max_bounds_its_children_together() -> None:
     assert "queue org " in plan.waiting["j1"].reason
 
 
+@pytest.mark.parametrize("profile", ["drf", "capacity", "default"])
+def test_a_queues_gpu_memory_max_bounds_the_gpu_memory_its_jobs_ask(profile: str) -> None:
+    """Queue a may ask 100,000 MiB of GPU memory, 40,000 of it held: `big` (2 GPUs of
+    40,000) would take it to 120,000; `one` (1 of 40,000) fits; `plain` asks none and
+    counts none."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=1 << 40, gpu_memory_mib=100_000)),)
+    held = [placed("r", n, [0], gpu_memory_mib=40_000, queue="a")]
+    waiting = [
+        pending("big", 2, gpu_memory_mib=40_000, queue="a"),
+        pending("one", 1, gpu_memory_mib=40_000, at=1.0, queue="a"),
+        pending("plain", 4, at=2.0, queue="a"),
+    ]
+    plan = run(profile, snapshot([n], waiting, held, queues=queues))
+    assert plan.waiting["big"].code == "queue_max"
+    assert plan.waiting["big"].reason == (
+        "queue a would exceed its max: 120000 MiB of GPU memory > 100000 MiB"
+    )
+    assert set(launches(plan)) == {"one", "plain"}
+
+
 def test_a_quota_in_gpus_alone_does_not_limit_cpus() -> None:
     queues = (QueueSpec("a", max=Resources(gpus=8)),)
     plan = run(
