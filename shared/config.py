@@ -302,6 +302,8 @@ def _check_queue(name: str, queue: QueueConfig, queues: dict[str, QueueConfig]) 
     for dim in ("gpus", "cpus", "memory_mib", "gpu_memory_mib"):
         limit = getattr(queue, f"max_{dim}")
         floor = getattr(queue, f"guarantee_{dim}")
+        if limit == 0 and dim != "gpus":  # the policy reads 0 there as "no bound"
+            raise ConfigError(f"{where}.max_{dim}: must be > 0 (leave it out for no bound)")
         if limit is not None and limit < floor:
             raise ConfigError(f"{where}.max_{dim}: must be ≥ guarantee_{dim} ({floor:g})")
     # GPUs only: a parent's CPUs and memories left out (0) do not make its teams' wrong.

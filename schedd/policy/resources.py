@@ -33,33 +33,33 @@ class Resources:
             self.gpu_memory_mib - other.gpu_memory_mib,
         )
 
-    def exceeds(self, limit: Resources) -> str | None:
-        """The first dimension over a quota `limit`, in words, or None.
+    def exceeds_with(self, more: Resources, limit: Resources) -> str | None:
+        """The first dimension `more` adds to that `self + more` would take over a quota
+        `limit`, in words, or None (without building the sum: quota admission asks it
+        for every job a plan considers). A dimension `more` adds nothing to refuses
+        nothing, though `self` be over it already (a max lowered since, say): a job that
+        asks no GPU memory is bounded by GPUs alone.
 
         GPUs are always limited; a quota's CPUs, memory or GPU memory of 0 mean "not
         limited", since most quotas are written in GPUs alone.
         """
-        return self.exceeds_with(NOTHING, limit)
-
-    def exceeds_with(self, more: Resources, limit: Resources) -> str | None:
-        """`(self + more).exceeds(limit)`, without building the sum (quota admission asks
-        it for every job a plan considers)."""
-        gpus = self.gpus + more.gpus
-        if gpus > limit.gpus:
-            return f"{gpus} GPUs > {limit.gpus}"
+        if more.gpus > 0 and self.gpus + more.gpus > limit.gpus:
+            return f"{self.gpus + more.gpus} GPUs > {limit.gpus}"
         cpus = self.cpus + more.cpus
-        if limit.cpus > 0 and cpus > limit.cpus + 1e-9:
+        if more.cpus > 0 and limit.cpus > 0 and cpus > limit.cpus + 1e-9:
             return f"{cpus:g} CPUs > {limit.cpus:g}"
         memory_mib = self.memory_mib + more.memory_mib
-        if limit.memory_mib > 0 and memory_mib > limit.memory_mib:
+        if more.memory_mib > 0 and limit.memory_mib > 0 and memory_mib > limit.memory_mib:
             return f"{memory_mib} MiB > {limit.memory_mib} MiB"
         gpu_memory_mib = self.gpu_memory_mib + more.gpu_memory_mib
-        if limit.gpu_memory_mib > 0 and gpu_memory_mib > limit.gpu_memory_mib:
+        if more.gpu_memory_mib > 0 and 0 < limit.gpu_memory_mib < gpu_memory_mib:
             return f"{gpu_memory_mib} MiB of GPU memory > {limit.gpu_memory_mib} MiB"
         return None
 
     def dominant_share(self, total: Resources) -> float:
-        """DRF's dominant share: the largest fraction of any resource the cluster has."""
+        """DRF's dominant share: the largest fraction of the cluster's GPUs, CPUs or
+        memory. Not of its GPU memory: a job holds its GPUs whole, and one that says what
+        memory it needs on them would otherwise count more than one that does not."""
         share = 0.0
         if total.gpus > 0:
             share = self.gpus / total.gpus
@@ -67,8 +67,6 @@ class Resources:
             share = self.cpus / total.cpus
         if total.memory_mib > 0 and self.memory_mib / total.memory_mib > share:
             share = self.memory_mib / total.memory_mib
-        if total.gpu_memory_mib > 0 and self.gpu_memory_mib / total.gpu_memory_mib > share:
-            share = self.gpu_memory_mib / total.gpu_memory_mib
         return max(share, 0.0)
 
 

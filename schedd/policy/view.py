@@ -315,6 +315,11 @@ class View:
         for shard, part in parts:
             self._take_on(shard, part, None)
 
+    def charge(self, queue: str, user: str, more: Resources) -> None:
+        """A running job's queue (and user) holds `more` from now on: it grows."""
+        self.generation += 1
+        self._count(queue, user, more, +1)
+
     def _count(self, queue: str, user: str, r: Resources, sign: int) -> None:
         for q in lineage(queue):
             held = self.allocated.get(q, NOTHING)

@@ -110,6 +110,8 @@ BAD = [
      'queues."a".max_memory_mib: must be ≥ guarantee_memory_mib'),
     ('[queues."a"]\nguarantee_gpus = 0\nguarantee_gpu_memory_mib = 10\nmax_gpu_memory_mib = 1',
      'queues."a".max_gpu_memory_mib: must be ≥ guarantee_gpu_memory_mib'),
+    ('[queues."a"]\nguarantee_gpus = 0\nmax_gpu_memory_mib = 0',
+     'queues."a".max_gpu_memory_mib: must be > 0 (leave it out for no bound)'),
     ('[queues."a"]\nguarantee_gpus = -1',
      'queues."a".guarantee_gpus: Expected `int` >= 0'),
     ('[queues."a"]\nmax_gpus = 4',

@@ -124,6 +124,29 @@ def test_an_elastic_job_over_its_queues_max_whole_starts_within_it(profile: str)
     assert plan.waiting["e"].code == "queue_max"
 
 
+@pytest.mark.parametrize(
+    ("limits", "grows_by"),
+    [
+        ({"max": Resources(gpus=4)}, 1),  # a holds r's GPU and e's 2: one more
+        ({"max": Resources(gpus=1 << 40, gpu_memory_mib=200_000)}, 2),  # 3 x 40,000 held
+        ({"guarantee": Resources(gpus=2), "user_limit_factor": 2.0}, 2),  # bob: 4 at most
+        ({}, 6),
+    ],
+)
+def test_an_elastic_job_grows_within_its_queues_max_and_its_users_limit(
+    limits: dict[str, object], grows_by: int
+) -> None:
+    """Growth is admitted as a new job would be: within every max of the queue (GPUs,
+    GPU memory) and the user's limit."""
+    n = node("n", 10)
+    queues = (QueueSpec("a", **limits),)  # type: ignore[arg-type]
+    held = [placed("r", n, [9], gpu_memory_mib=40_000, queue="a", user="carol")]
+    e = placed("e", n, [0, 1], gpu_memory_mib=40_000, estimate_s=1e6, queue="a", user="bob")
+    snap = snapshot([n], [], [*held, elastic(e, 1, 8)], queues=queues)  # type: ignore[list-item]
+    plan = run("gandiva", snap, now=10_000.0)
+    assert resizes(plan)["e"].gpus == 2 + grows_by
+
+
 def test_an_elastic_job_grows_only_into_gpus_with_the_memory_it_asks() -> None:
     """e asks 40,000 MiB a GPU: of the 6 idle GPUs it grows into the 2 of 80 GiB, not
     into the 4 of 16 GiB."""

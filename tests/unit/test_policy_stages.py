@@ -92,6 +92,17 @@ def test_a_queues_gpu_memory_max_bounds_the_gpu_memory_its_jobs_ask(profile: str
     assert set(launches(plan)) == {"one", "plain"}
 
 
+def test_a_queue_over_its_gpu_memory_max_holds_back_only_jobs_that_ask_for_some() -> None:
+    """Queue a holds 120,000 MiB against a max of 100,000 (lowered since, say): a job
+    asking GPU memory waits; one that asks none adds none, and starts."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=1 << 40, gpu_memory_mib=100_000)),)
+    held = [placed("r", n, [0, 1, 2], gpu_memory_mib=40_000, queue="a")]
+    waiting = [pending("asks", 1, gpu_memory_mib=1_000, queue="a"), pending("plain", 1, queue="a")]
+    plan = run("drf", snapshot([n], waiting, held, queues=queues))
+    assert plan.waiting["asks"].code == "queue_max" and set(launches(plan)) == {"plain"}
+
+
 def test_a_quota_in_gpus_alone_does_not_limit_cpus() -> None:
     queues = (QueueSpec("a", max=Resources(gpus=8)),)
     plan = run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schedd.policy.actions import Wait
 from schedd.policy.queues import lineage
-from schedd.policy.resources import NOTHING
+from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import PendingJob
 from schedd.policy.view import View
 
@@ -22,8 +22,12 @@ def admit(job: PendingJob, view: View) -> Wait | None:
 
 
 def _admit(job: PendingJob, view: View) -> Wait | None:
-    wants = job.request.resources()
-    for q in lineage(job.queue):
+    return refusal(job.queue, job.request.resources(), view)
+
+
+def refusal(queue: str, wants: Resources, view: View) -> Wait | None:
+    """Why `queue` may not hold `wants` more (a max of its lineage), or None."""
+    for q in lineage(queue):
         limit = view.queue(q).max
         if limit is None:
             continue

@@ -3,7 +3,8 @@ left idle on its node, when no job waits for GPUs.
 
 After the cycle's decisions, with no job left waiting for capacity, each running elastic
 job (one node, `migration.movable`) takes the free GPUs of its node up to the most its
-range allows, if the time it saves (its remaining run time less that time x old / new
+range, its queues' maxes and its user's limit allow (the GPUs, and the GPU memory it
+asks on each), if the time it saves (its remaining run time less that time x old / new
 GPUs: the work is assumed to scale linearly) exceeds `migrate_cost_s`, the cost of the
 restart from its checkpoint. At most `migrate_jobs` a cycle, most work left first. The
 plan says `Resize` with the job's GPUs and the new ones; it holds the new ones at once.
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan, Resize
+from schedd.policy.admit import quota, user_limit
 from schedd.policy.anticipate.prefetch import WAITING_FOR_ROOM
-from schedd.policy.snapshot import Shard
+from schedd.policy.resources import Resources
+from schedd.policy.snapshot import PlacedJob, Shard
 from schedd.policy.view import View
 
 WAITING_FOR_GPUS = WAITING_FOR_ROOM | {"preempting"}
@@ -45,7 +48,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         if (asked := job.request.gpu_memory_mib) is not None:  # as large as its own
             free = [g for g in free if g.memory_mib >= asked]
         now = job.request.gpus
-        extra = tuple(g.uuid for g in free[: job.gpu_range[1] - now])
+        extra = tuple(g.uuid for g in free[: _allowed(job, view, job.gpu_range[1] - now)])
         if not extra:
             continue
         new = now + len(extra)
@@ -54,6 +57,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             continue
         gpus = shard.gpu_uuids + extra
         view.claim(job, (Shard(shard.node_id, extra),))
+        view.charge(job.queue, job.user, _more(job, len(extra)))
         actions.append(
             Resize(
                 job.job_id,
@@ -65,3 +69,21 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             )
         )
     return actions
+
+
+def _more(job: PlacedJob, gpus: int) -> Resources:
+    """What `gpus` more GPUs add to the job's queue: the GPUs, and the GPU memory it asks
+    on each (its CPUs and memory stay as they are)."""
+    per_gpu = job.request.gpu_memory_mib
+    return Resources(gpus, gpu_memory_mib=gpus * per_gpu if per_gpu is not None else 0)
+
+
+def _allowed(job: PlacedJob, view: View, most: int) -> int:
+    """The most GPUs, up to `most`, the job may grow by within its queues' maxes and its
+    user's limit, as admission counts them."""
+    for more in range(most, 0, -1):
+        if quota.refusal(job.queue, _more(job, more), view) is None and (
+            user_limit.refusal(job.queue, job.user, more, view) is None
+        ):
+            return more
+    return 0

@@ -86,8 +86,8 @@ def _room_for(job: PlacedJob, view: View, added: dict[str | tuple[str, str], Res
     wants = job.request.resources()
     for q in lineage(job.queue):
         limit = view.queue(q).max
-        held = view.allocated.get(q, NOTHING) + added.get(q, NOTHING) + wants
-        if limit is not None and held.exceeds(limit) is not None:
+        held = view.allocated.get(q, NOTHING) + added.get(q, NOTHING)
+        if limit is not None and held.exceeds_with(wants, limit) is not None:
             return False
     user = (job.queue, job.user)
     spec = view.queue(job.queue)
