@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schedd.policy import fairness
+from schedd.policy.placed_totals import counted_afresh
 from schedd.policy.queues import lineage
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import Snapshot
@@ -62,7 +63,8 @@ async def report(scheduler: Scheduler) -> dict[str, Any]:
         queues=scheduler.queues,
         usage=usage,
     )
-    view = View.build(snapshot, now, scheduler.settings)
+    # Counted apart: a large plan may be running in a worker thread meanwhile.
+    view = View.build(snapshot, now, scheduler.settings, counted_afresh(snapshot))
     last = scheduler.last
     waiting = last.waiting_by_queue() if last is not None else {}
     pending_total: dict[str, int] = {}

@@ -17,7 +17,7 @@ and a plan returns what it would without it. Not thread-safe: plan() runs on one
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import is_
 
 from schedd.policy.resources import NOTHING, Resources
@@ -185,7 +185,7 @@ class PlacedTotals:
             self.unstoppable += 1
         if job.stoppable or job.state == MIGRATING:  # a move goes on running after it
             key = (job.queue, job.user)
-            self.by_user.setdefault(key, {})[i] = job.request
+            self.by_user.setdefault(key, {})[i] = charged(job)
             users.add(key)
         else:
             # Already being stopped: its GPUs are still taken, but it no longer counts
@@ -256,10 +256,32 @@ class PlacedTotals:
         self.held[key] = Resources(gpus, cpus, memory_mib, gpu_memory_mib)
 
 
+def charged(job: PlacedJob) -> Request:
+    """What the job's queue and user hold for it: its request, or, while it saves a
+    checkpoint to grow, the count it resumes with (the GPUs held for it there; the GPU
+    memory it asks on each of them), as admission counted the grow."""
+    if job.state != MIGRATING:
+        return job.request
+    target = sum(len(s.gpu_uuids) for s in job.moving_to)
+    if target <= job.request.gpus:
+        return job.request  # a move, or a shrink: it holds what it held
+    return replace(job.request, gpus=target)
+
+
 _kept = PlacedTotals()
 
 
 def placed_totals(snapshot: Snapshot) -> PlacedTotals:
-    """The totals for this snapshot; the returned object changes at the next call."""
+    """The totals for this snapshot; the returned object changes at the next call. For
+    the planning thread alone: the totals are kept from one plan to the next."""
     _kept.update(snapshot.nodes, snapshot.placed)
     return _kept
+
+
+def counted_afresh(snapshot: Snapshot) -> PlacedTotals:
+    """The totals for this snapshot, counted apart from the plans' (`placed_totals`):
+    for a reader on another thread than the plan's (the queue report, while a large plan
+    runs in a worker thread), which must not change them under it."""
+    totals = PlacedTotals()
+    totals.update(snapshot.nodes, snapshot.placed)
+    return totals

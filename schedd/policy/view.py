@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from schedd.policy.immutable import immutable
-from schedd.policy.placed_totals import placed_totals
+from schedd.policy.placed_totals import PlacedTotals, placed_totals
 from schedd.policy.queues import QueueSpec, lineage, unconfigured
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.settings import Settings
@@ -87,8 +87,17 @@ class View:
     generation: int = 0
 
     @classmethod
-    def build(cls, snapshot: Snapshot, now: float, settings: Settings) -> View:
-        totals = placed_totals(snapshot)
+    def build(
+        cls,
+        snapshot: Snapshot,
+        now: float,
+        settings: Settings,
+        totals: PlacedTotals | None = None,
+    ) -> View:
+        """`totals` of the snapshot's placed jobs where the caller counted them (off the
+        planning thread: `placed_totals.counted_afresh`), else the plans' kept ones."""
+        if totals is None:
+            totals = placed_totals(snapshot)
         capacity = totals.free_capacity()
         allocated: dict[str, Resources] = defaultdict(lambda: NOTHING)
         user_allocated: dict[tuple[str, str], Resources] = defaultdict(lambda: NOTHING)

@@ -75,6 +75,8 @@ from schedd.sim.sharing import SharingModel
 from schedd.sim.traces import Trace
 from schedd.sim.usage import DAY_S, UsageBook
 
+# Holders that compute nothing: one moving, one stopped for the rest of its preemption.
+_IDLE_HOLDERS = frozenset({MIGRATING, PREEMPTING})
 _FINISH = 0
 _PREEMPT_END = 1  # then controls.MIGRATE_END = 2: the order of events at one instant
 # (time, kind, seq, job seq, token): the job's `timing` for a completion, its `attempt`
@@ -595,7 +597,10 @@ class Simulation:
         if job.state != RUNNING:
             self.ledger.refused[f"preempt of a {job.state} job"] += 1
             return False
-        with self._packing_changes(job, now):
+        # Stopped, it computes nothing more, though it holds its GPUs for the overhead:
+        # those beside it on them (a sharer, a packed job) speed up, and the GPUs count
+        # as idle.
+        with self.gpus_change(self._uuids(job), now):
             self._stop_running(job, now)
         job.preemptions += 1
         self.ledger.actions["Preempt"] += 1
@@ -862,12 +867,12 @@ class Simulation:
         return min(used, 100)
 
     def _computing(self, uuid: str) -> tuple[SimJob | None, SimJob | None]:
-        """The GPU's guaranteed and opportunistic holders, but for one that is moving
-        (it runs nothing meanwhile: nobody is slowed by it)."""
+        """The GPU's guaranteed and opportunistic holders, but for one that is moving or
+        being preempted (it runs nothing meanwhile: nobody is slowed by it)."""
         owner, sharer = self.gpu_owner.get(uuid), self.gpu_sharer.get(uuid)
-        if owner is not None and owner.state == MIGRATING:
+        if owner is not None and owner.state in _IDLE_HOLDERS:
             owner = None
-        if sharer is not None and sharer.state == MIGRATING:
+        if sharer is not None and sharer.state in _IDLE_HOLDERS:
             sharer = None
         return owner, sharer
 

@@ -141,8 +141,11 @@ class Summary:
         return self.deadline_missed / self.deadline_jobs if self.deadline_jobs else None
 
 
-def _queue_figures(result: SimResult, span: float) -> tuple[QueueFigures, ...]:
+def _queue_figures(result: SimResult) -> tuple[QueueFigures, ...]:
     ledger = result.ledger
+    # A queue's GPU-seconds are counted to the replay's end (jobs cancelled, or left
+    # suspended, give theirs back then), which may come after the last finish.
+    counted = result.end_s - result.start_s
     specs = {q.name: q for q in result.queue_specs}
     counts: dict[str, int] = {}
     for job in result.jobs:
@@ -157,7 +160,7 @@ def _queue_figures(result: SimResult, span: float) -> tuple[QueueFigures, ...]:
                 name=name,
                 jobs=counts.get(name, 0),
                 weight=spec.weight if spec else 1.0,
-                avg_gpus=ledger.queue_gpu_seconds[name] / span if span > 0 else 0.0,
+                avg_gpus=ledger.queue_gpu_seconds[name] / counted if counted > 0 else 0.0,
                 guarantee_gpus=guarantee,
                 below_guarantee_s=ledger.below_guarantee_s[name] if guarantee else None,
             )
@@ -175,7 +178,7 @@ def summarize(result: SimResult) -> Summary:
     total_gpus = result.shape.gpus
     ledger = result.ledger
     allocation = buckets(ledger.series, result.start_s, end)
-    queues = _queue_figures(result, span)
+    queues = _queue_figures(result)
     with_deadline = [j for j in jobs if j.deadline_s is not None]
     missed = [j for j in with_deadline if j.finish_s is None or j.finish_s > (j.deadline_s or 0.0)]
     return Summary(

@@ -10,7 +10,16 @@ import pytest
 from schedd.policy.actions import Plan, Resize, SetKind, Suspend
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import GUARANTEED, Gpu, Node, PendingJob, PlacedJob, Request
+from schedd.policy.snapshot import (
+    GUARANTEED,
+    MIGRATING,
+    Gpu,
+    Node,
+    PendingJob,
+    PlacedJob,
+    Request,
+    Shard,
+)
 from tests.unit.policy_harness import (
     HEAVY_TAIL,
     converted,
@@ -145,6 +154,21 @@ def test_an_elastic_job_grows_within_its_queues_max_and_its_users_limit(
     snap = snapshot([n], [], [*held, elastic(e, 1, 8)], queues=queues)  # type: ignore[list-item]
     plan = run("gandiva", snap, now=10_000.0)
     assert resizes(plan)["e"].gpus == 2 + grows_by
+
+
+def test_a_job_saving_a_checkpoint_to_grow_counts_its_new_gpus_in_its_queue() -> None:
+    """e (2 GPUs) grows to 4 in queue a (max 4): while it saves its checkpoint it holds
+    4 of a's, and j (2 more) waits at the max rather than take a past it."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=4)),)
+    e = elastic(placed("e", n, [0, 1], estimate_s=1e6, queue="a"), 1, 4)
+    growing = dataclasses.replace(
+        e, state=MIGRATING, moving_to=(Shard("n", ("n-g0", "n-g1", "n-g2", "n-g3")),)
+    )
+    plan = run(
+        "default-gandiva", snapshot([n], [pending("j", 2, queue="a")], [growing], queues=queues)
+    )  # type: ignore[list-item]
+    assert plan.waiting["j"].code == "queue_max"
 
 
 def test_an_elastic_job_grows_only_into_gpus_with_the_memory_it_asks() -> None:

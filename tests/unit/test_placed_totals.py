@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedd.policy import build
-from schedd.policy.placed_totals import PlacedTotals, placed_totals
+from schedd.policy.placed_totals import PlacedTotals, counted_afresh, placed_totals
 from schedd.policy.profiles import BUILTIN
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
@@ -50,7 +50,10 @@ def recount(nodes: tuple[Node, ...], jobs: tuple[PlacedJob, ...]) -> dict[str, o
             on[job.request.gpus] = on.get(job.request.gpus, 0) + 1
         if job.stoppable or job.state == MIGRATING:
             key = (job.queue, job.user)
-            held[key] = held.get(key, Resources()) + job.request.resources()
+            # A job growing counts the GPUs it resumes with, already.
+            most = max(job.request.gpus, sum(len(s.gpu_uuids) for s in job.moving_to))
+            counted = dataclasses.replace(job.request, gpus=most).resources()
+            held[key] = held.get(key, Resources()) + counted
     capacity = free_capacity(Snapshot(nodes, jobs, ()))
     return {
         "free": {
@@ -98,11 +101,10 @@ def two_node_job(job_id: str, user: str) -> PlacedJob:
     )
 
 
+STEPS = ["add", "add", "share", "stop", "end", "renew_all", "new_nodes", "pause", "move", "grow"]
 steps = st.lists(
     st.tuples(
-        st.sampled_from(
-            ["add", "add", "share", "stop", "end", "renew_all", "new_nodes", "pause", "move"]
-        ),
+        st.sampled_from(STEPS),
         st.integers(0, 2),  # node
         st.integers(1, 3),  # GPUs
         st.sampled_from(["alice", "bob"]),
@@ -144,6 +146,16 @@ def test_kept_totals_match_a_full_recount(sequence: list[tuple[str, int, int, st
             if mover.state == "running" and holds_gpus(mover) and len(free) == mover.request.gpus:
                 target = (Shard(on.node_id, tuple(free)),)
                 jobs[i] = dataclasses.replace(mover, state=MIGRATING, moving_to=target)
+        elif what == "grow" and jobs:  # saving a checkpoint to grow: its GPUs and more
+            i = node_index % len(jobs)
+            grower = jobs[i]
+            (shard, *rest) = grower.shards
+            taken = {u for j in jobs if holds_gpus(j) for u in (*j.gpu_uuids, *_targets(j))}
+            here = next(x for x in nodes if x.node_id == shard.node_id)
+            free = [g.uuid for g in here.gpus if g.uuid not in taken][:gpus]
+            if grower.state == "running" and holds_gpus(grower) and not rest and free:
+                target = (Shard(shard.node_id, (*shard.gpu_uuids, *free)),)
+                jobs[i] = dataclasses.replace(grower, state=MIGRATING, moving_to=target)
         elif what == "stop" and jobs:
             i = node_index % len(jobs)
             jobs[i] = dataclasses.replace(jobs[i], state="preempting")
@@ -171,6 +183,18 @@ def test_a_job_on_a_node_that_is_away_takes_nothing_from_the_nodes_there_are() -
     # The GPU memory a job asks counts with its GPUs; the cluster's, of connected nodes.
     assert totals.held[("default", "bob")] == Resources(2, 1.0, 1024, 60_000)
     assert totals.total == Resources(16, 64 + 64 + 32, 3 * 512_000, 16 * 81_920)
+
+
+def test_a_view_counted_afresh_leaves_the_plans_totals_alone() -> None:
+    """The queue report builds its view while a large plan may run in a worker thread:
+    it counts its own totals, and those the plan reads stay the plan's."""
+    plans = Snapshot(NODES, (placed("a", NODES[0], [0]),), ())
+    kept_by_plans = placed_totals(plans)
+    reports = Snapshot(NODES, (placed("b", NODES[1], [0, 1], user="bob"),), ())
+    view = View.build(reports, 0.0, Settings(), counted_afresh(reports))
+    assert view.allocated["default"].gpus == 2
+    assert kept_by_plans.placed is plans.placed
+    assert kept(kept_by_plans) == recount(NODES, plans.placed)
 
 
 def test_the_view_a_plan_changes_is_a_copy() -> None:

@@ -311,6 +311,23 @@ def test_a_claimant_behind_the_pending_window_is_in_the_next_snapshots() -> None
 # ---- other actions -------------------------------------------------------------------
 
 
+def test_a_queues_average_gpus_count_over_the_time_its_gpu_seconds_were_counted() -> None:
+    """`long` holds a GPU until the policy stops it at 50, after the last finish (10):
+    each queue's GPUs are averaged over the 50 s they were counted for (qb held one
+    GPU throughout, qa one for 10 s), never above what the cluster has."""
+
+    def stop_long(snapshot: Snapshot, now: float) -> Plan:
+        plan = Plan()
+        if now >= 50 and any(j.job_id == "long" for j in snapshot.placed):
+            plan.actions.append(Stop("long", "test"))
+        return plan
+
+    trace = [job("a", 0, 10, queue="qa"), job("long", 0, 1000, queue="qb")]
+    summary = summarize(simulate(trace, "1x2", scripted(stop_long, tick_s=50)))
+    assert summary.makespan_s == 10
+    assert {q.name: q.avg_gpus for q in summary.queues} == {"qa": 0.2, "qb": 1.0}
+
+
 def test_stop_cancels_a_pending_job_and_unsupported_actions_are_counted() -> None:
     def stop_c(snapshot: Snapshot, now: float) -> Plan:
         plan = Plan()

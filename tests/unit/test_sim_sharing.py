@@ -18,7 +18,7 @@ from schedd.sim.engine import SimOptions
 from schedd.sim.jobs import SimJob
 from schedd.sim.metrics import summarize
 from schedd.sim.sharing import SharingError, SharingModel, parse_util_range
-from tests.unit.test_sim_engine import by_id, job, simulate
+from tests.unit.test_sim_engine import by_id, first_fit, job, simulate
 
 MARK = 1800.0  # antman's opportunistic_after_s
 THIRTY = SimOptions(sharing=SharingModel(30, 30))
@@ -179,3 +179,32 @@ def test_best_effort_lost_time_leaves_out_jobs_with_deadlines() -> None:
     s = summarize(simulate(trace, "1x1", policy, THIRTY))
     assert s.slowed_by_sharing_s == pytest.approx(350.0)
     assert s.best_effort_slowed_by_sharing_s == pytest.approx(300.0)  # o's alone
+
+
+def test_a_gpu_is_idle_while_its_job_is_being_preempted() -> None:
+    """`long` (30 %) runs 0-5 and is preempted for `short`: it holds the GPU, idle, for
+    the 2 s overhead; `short` runs 7-12, `long` again from 12 on what its checkpoint
+    at 3 s kept (17 s more): the GPU is 30 % busy for 5 + 5 + 17 s of 29."""
+    done: list[str] = []
+
+    def preempt_long_for_short(snapshot: Snapshot, now: float) -> Plan:
+        running = {j.job_id for j in snapshot.placed}
+        if "long" in running and any(j.job_id == "short" for j in snapshot.pending):
+            if not done:
+                done.append("long")
+                return Plan([Preempt("long", "for short")])
+            return Plan()
+        short_first = sorted(snapshot.pending, key=lambda j: j.job_id != "short")
+        return first_fit(dataclasses.replace(snapshot, pending=tuple(short_first)), now)
+
+    options = SimOptions(
+        sharing=SharingModel(30, 30), preempt_overhead_s=2.0, checkpoint_interval_s=3.0
+    )
+    result = simulate(
+        [job("long", 0, 20), job("short", 5, 5)],
+        "1x1",
+        Profile("scripted", preempt_long_for_short, pending_window=10),
+        options,
+    )
+    assert by_id(result) == {"long": (0, 29.0), "short": (7.0, 12.0)}
+    assert summarize(result).utilization_avg == pytest.approx(0.3 * (5 + 5 + 17) / 29)
