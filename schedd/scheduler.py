@@ -67,6 +67,10 @@ log = logging.get("scheduler")
 # Above this many pending jobs the plan runs in a worker thread, so that a long plan
 # does not hold the event loop (websocket pings, API requests) for its whole length.
 PLAN_IN_THREAD_ABOVE = 2000
+DB_PAUSE_S = 1.0  # after a cycle the database failed: it is back soon, or the next one fails
+# After a cycle that failed by a fault of the scheduler's own: doubled while it lasts.
+FAULT_PAUSE_FIRST_S = 1.0
+FAULT_PAUSE_MOST_S = 60.0
 PREDICT_IN_THREAD_ABOVE = 100  # about 2 ms of the forest's time
 USAGE_CACHE_S = 5.0  # decayed usage moves slowly: read it again at most this often
 RUNS_PRUNE_EVERY_S = 3600.0  # the runs past the usage horizon are deleted this often
@@ -233,6 +237,7 @@ class Scheduler:
         self.hub.supervisor.spawn(self._prune_runs(), name="job runs pruner")
         if self.estimator_retrain_s > 0:
             self.hub.supervisor.spawn(self._retrain(), name="resource estimator")
+        fault_pause = FAULT_PAUSE_FIRST_S
         while True:
             timeout = self._timeout()
             if timeout is None:
@@ -247,8 +252,19 @@ class Scheduler:
                 # The database is away (restart, failover): try again on the next event
                 # or after a short pause, never crash the daemon.
                 log.error("scheduling cycle failed", error=str(exc))
-                await asyncio.sleep(1.0)
-                self._wakeup.set()
+                pause = DB_PAUSE_S
+            except Exception:
+                # A fault of the scheduler's own (a bug the cycle's state brought out):
+                # logged with its traceback and tried again, less often while it lasts,
+                # so that the API stays up (a job that brings it out can be cancelled)
+                # and scheduling resumes once the state that caused it has gone.
+                log.exception("scheduling cycle failed unexpectedly", retry_in_s=fault_pause)
+                pause, fault_pause = fault_pause, min(2 * fault_pause, FAULT_PAUSE_MOST_S)
+            else:
+                fault_pause = FAULT_PAUSE_FIRST_S
+                continue
+            await asyncio.sleep(pause)
+            self._wakeup.set()
 
     def _plan(self, snapshot: Snapshot, now: float) -> Plan:
         with collector_paused():

@@ -1,0 +1,49 @@
+"""The scheduler loop outlives a cycle that fails by a fault of its own."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from schedd import scheduler as scheduler_module
+from schedd.policy.actions import Plan
+from schedd.policy.snapshot import Snapshot
+from schedd.store import tokens
+from shared import protocol as p
+from tests.integration.fake_agent import FakeAgent, state_becomes
+from tests.integration.inprocess import api_call, start_schedd
+from tests.unit.recording_log import RecordingLog
+
+
+async def test_a_plan_that_raises_is_logged_and_scheduling_goes_on(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug the cycle's state brings out (no other way to cause one than to plant it):
+    the first plan raises; the loop logs it with its traceback, and the next plan,
+    after the pause, starts the job."""
+    recorded = RecordingLog()
+    monkeypatch.setattr(scheduler_module, "log", recorded)
+    monkeypatch.setattr(scheduler_module, "FAULT_PAUSE_FIRST_S", 0.05, raising=False)
+    alice = await tokens.create(pool, "alice", "user")
+    async with start_schedd(pool) as schedd:
+        planned = schedd.scheduler._plan
+        faults = []
+
+        def fails_once(snapshot: Snapshot, now: float) -> Plan:
+            if snapshot.pending and not faults:
+                faults.append(now)
+                raise RuntimeError("planted fault")
+            return planned(snapshot, now)
+
+        monkeypatch.setattr(schedd.scheduler, "_plan", fails_once)
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
+        status, body = await api_call(
+            schedd, alice, "POST", "/v1/jobs", {"name": "t", "command": ["true"]}
+        )
+        assert status == 201
+        launch = await agent.expect(p.Launch)
+        assert launch.job_id == body["id"] and faults
+        await agent.start(launch)
+        await state_becomes(pool, body["id"], "running")
+        assert "scheduling cycle failed unexpectedly" in recorded.events("exception")
+        await agent.close()
