@@ -303,6 +303,7 @@ class Scheduler:
         reservations: dict[str, Reserve] = {}
         placed = {j.job_id: j for j in snapshot.placed}
         unfreed: set[str] = set()  # GPUs of the plan's suspends that were not carried out
+        unlaunched: dict[str, str] = {}  # job -> why its Launch was skipped
         for action in plan.actions:
             if isinstance(action, Reserve):
                 reservations[action.job_id] = action  # nothing to send: the plan holds it
@@ -313,6 +314,8 @@ class Scheduler:
                 log.info(
                     "action skipped: its GPUs were not freed", job_id=action.job_id, action=name
                 )
+                if isinstance(action, Launch):
+                    unlaunched[action.job_id] = "the job on its GPUs was not paused"
             elif not self.hub.out_of_placement().isdisjoint(_lands_on(action, placed)):
                 # A GPU faulted (or stopped answering), or its node was drained, while
                 # this plan was carried out.
@@ -322,6 +325,8 @@ class Scheduler:
                     job_id=action.job_id,
                     action=name,
                 )
+                if isinstance(action, Launch):
+                    unlaunched[action.job_id] = "a GPU of it went out of placement meanwhile"
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)
@@ -339,6 +344,14 @@ class Scheduler:
                 unfreed.update(placed[action.job_id].gpu_uuids)
         full = len(snapshot.pending) >= window  # claimants behind it come beside it
         self.waiting, self.reservations = plan.waiting, reservations
+        if unlaunched:  # it waits again, though the plan gave it no wait
+            self.waiting = {
+                **plan.waiting,
+                **{
+                    job_id: Wait("not_started", f"planned to start, but {why}; planned again")
+                    for job_id, why in unlaunched.items()
+                },
+            }
         self.last = Cycle(now, snapshot.pending, plan)
         self._beyond = (
             Wait("queued", f"queued behind the {window} oldest pending jobs") if full else None
@@ -348,8 +361,10 @@ class Scheduler:
         # Once its actions are carried out: a cycle that failed before plans its lease
         # decisions again.
         self._planned_before = now
-        if plan.claimants != snapshot.claimants:
-            await self._keep_claimants(plan.claimants)
+        # A claimant whose launch was skipped still waits for what it claimed.
+        claimants = plan.claimants | (snapshot.claimants & unlaunched.keys())
+        if claimants != snapshot.claimants:
+            await self._keep_claimants(claimants)
         if any(w.code == NO_SHAREABLE_GPU for w in plan.waiting.values()):
             # A busy sample stops counting only when it leaves the window: no event says so.
             aged = now + self.hub.gpu_window.window_s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 
@@ -46,4 +48,38 @@ async def test_a_plan_that_raises_is_logged_and_scheduling_goes_on(
         await agent.start(launch)
         await state_becomes(pool, body["id"], "running")
         assert "scheduling cycle failed unexpectedly" in recorded.events("exception")
+        await agent.close()
+
+
+async def test_a_launch_skipped_mid_plan_tells_the_job_why_it_still_waits(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its GPUs go out of placement (a fault, a drain) between the plan and its launch:
+    the launch is skipped, and the job's wait says so rather than nothing."""
+    alice = await tokens.create(pool, "alice", "user")
+    async with start_schedd(pool) as schedd:
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
+        hub, planned = schedd.hub, schedd.scheduler._plan
+        every_gpu = {g.uuid for link in hub.links.values() for g in link.hello.inventory.gpus}
+        out_now: set[str] = set()
+
+        def then_gpus_fault(snapshot: Snapshot, now: float) -> Plan:
+            plan = planned(snapshot, now)
+            if snapshot.pending:
+                out_now.update(every_gpu)  # from the plan on: as a fault arriving then
+            return plan
+
+        monkeypatch.setattr(schedd.scheduler, "_plan", then_gpus_fault)
+        monkeypatch.setattr(hub, "out_of_placement", lambda: set(out_now))
+        status, body = await api_call(
+            schedd, alice, "POST", "/v1/jobs", {"name": "t", "command": ["true"]}
+        )
+        assert status == 201
+        async with asyncio.timeout(5):
+            while not out_now:  # noqa: ASYNC110 - the cycle's plan, in-process
+                await asyncio.sleep(0.01)
+            while schedd.scheduler.why_pending(body["id"]).code == "not_considered":  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        wait = schedd.scheduler.why_pending(body["id"])
+        assert wait.code == "not_started" and "out of placement" in wait.reason
         await agent.close()
