@@ -99,7 +99,7 @@ async def report(scheduler: Scheduler) -> dict[str, Any]:
             {
                 "at": datetime.fromtimestamp(last.at, UTC).isoformat(),
                 "considered": len(last.pending),
-                "waiting": last.plan.wait_counts(),
+                "waiting": last.wait_counts(),
             }
             if last is not None
             else None

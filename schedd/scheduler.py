@@ -91,12 +91,18 @@ class Cycle:
     at: float
     pending: tuple[PendingJob, ...]
     plan: Plan
+    # The plan's waits, and those of the jobs whose launch was skipped (`not_started`).
+    waiting: dict[str, Wait]
+
+    def wait_counts(self) -> dict[str, int]:
+        """Pending jobs counted by the reason they wait, as Nomad counts placement failures."""
+        return dict(Counter(w.code for w in self.waiting.values()))
 
     def waiting_by_queue(self) -> dict[str, Counter[str]]:
         """Wait codes counted per queue, a job counting in its queue's ancestors too."""
         queue_of = {j.job_id: j.queue for j in self.pending}
         out: dict[str, Counter[str]] = {}
-        for job_id, wait in self.plan.waiting.items():
+        for job_id, wait in self.waiting.items():
             queue = queue_of.get(job_id)
             if queue is not None:
                 for q in lineage(queue):
@@ -352,7 +358,7 @@ class Scheduler:
                     for job_id, why in unlaunched.items()
                 },
             }
-        self.last = Cycle(now, snapshot.pending, plan)
+        self.last = Cycle(now, snapshot.pending, plan, self.waiting)
         self._beyond = (
             Wait("queued", f"queued behind the {window} oldest pending jobs") if full else None
         )
@@ -397,7 +403,7 @@ class Scheduler:
             resized=resized,
             packed=packed,
             reserved=len(reservations),
-            waiting=plan.wait_counts(),
+            waiting=self.last.wait_counts(),
             plan_ms=round((planned - started) * 1000, 2),
             cycle_ms=round((time.perf_counter() - started) * 1000, 2),
         )

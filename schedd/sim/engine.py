@@ -898,7 +898,7 @@ class Simulation:
             job.share_speed = model.opportunistic_speed(max(owners) if owners else None)
         else:
             sharers = (self.gpu_sharer.get(u) for u in uuids)
-            shared = any(o is not None and o.state != MIGRATING for o in sharers)
+            shared = any(o is not None and o.state not in _IDLE_HOLDERS for o in sharers)
             job.share_speed = model.guaranteed_speed(shared)
             job.pack_speed = packing.pair_speed(self, uuids)
         job.speed = job.locality_speed * job.share_speed * job.pack_speed

@@ -82,4 +82,9 @@ async def test_a_launch_skipped_mid_plan_tells_the_job_why_it_still_waits(
                 await asyncio.sleep(0.01)
         wait = schedd.scheduler.why_pending(body["id"])
         assert wait.code == "not_started" and "out of placement" in wait.reason
+        # Counted with the cycle's waits, as GET /v1/queues shows them.
+        last = schedd.scheduler.last
+        assert last is not None and last.wait_counts() == {"not_started": 1}
+        status, report = await api_call(schedd, alice, "GET", "/v1/queues")
+        assert status == 200 and report["last_cycle"]["waiting"] == {"not_started": 1}
         await agent.close()

@@ -208,3 +208,14 @@ def test_a_gpu_is_idle_while_its_job_is_being_preempted() -> None:
     )
     assert by_id(result) == {"long": (0, 29.0), "short": (7.0, 12.0)}
     assert summarize(result).utilization_avg == pytest.approx(0.3 * (5 + 5 + 17) / 29)
+
+
+@pytest.mark.parametrize("overhead", [0.0, 300.0])
+def test_a_sharer_being_preempted_no_longer_slows_the_guaranteed_job(overhead: float) -> None:
+    """o shares g's GPU until it is preempted at 500 s: g has done 475 s of its 1,330 at
+    0.95, and runs the rest at full speed, ending at 1,355 s whether o holds the GPU for
+    a preemption's overhead meanwhile or not."""
+    options = dataclasses.replace(THIRTY, preempt_overhead_s=overhead)
+    policy = shared_then_preempted(500.0)
+    result = simulate([job("g", 0, 1330), job("o", 0, 3000)], "1x1", policy, options)
+    assert by_id(result)["g"] == (0, pytest.approx(1355.0))
