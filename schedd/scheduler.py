@@ -41,6 +41,7 @@ from schedd.policy.actions import (
 )
 from schedd.policy.framework import NO_NODES, NO_SHAREABLE_GPU
 from schedd.policy.gittins import ServiceHistory
+from schedd.policy.kept import forget_all
 from schedd.policy.queues import lineage
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
@@ -265,6 +266,7 @@ class Scheduler:
                 # so that the API stays up (a job that brings it out can be cancelled)
                 # and scheduling resumes once the state that caused it has gone.
                 log.exception("scheduling cycle failed unexpectedly", retry_in_s=fault_pause)
+                forget_all()  # what the policy keeps between plans may be half mended
                 pause, fault_pause = fault_pause, min(2 * fault_pause, FAULT_PAUSE_MOST_S)
             else:
                 fault_pause = FAULT_PAUSE_FIRST_S

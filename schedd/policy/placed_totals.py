@@ -20,6 +20,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from operator import is_
 
+from schedd.policy.kept import forgettable
 from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import (
     MIGRATING,
@@ -269,6 +270,7 @@ def charged(job: PlacedJob) -> Request:
 
 
 _kept = PlacedTotals()
+forgettable(lambda: _kept.update((), ()))  # counted afresh from nothing at the next plan
 
 
 def placed_totals(snapshot: Snapshot) -> PlacedTotals:

@@ -11,9 +11,13 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedd.policy import profile
+from schedd.policy import framework, profile
+from schedd.policy import placed_totals as _placed_totals
 from schedd.policy.actions import Plan
 from schedd.policy.gittins import ServiceHistory
+from schedd.policy.kept import forget_all
+from schedd.policy.make_room import gittins, victims
+from schedd.policy.placed_totals import placed_totals
 from schedd.policy.snapshot import PendingJob, PlacedJob, Request, Shard, Snapshot
 from tests.unit.policy_harness import node
 
@@ -131,3 +135,16 @@ def test_snapshots_that_share_some_objects_plan_as_fresh_ones(
         for (now, snap), got, at_once in zip(snapshots, kept, found_at_once, strict=True):
             assert same(got, at_once), (name, now)
             assert same(got, plan(fresh(snap), now)), (name, now)
+
+
+def test_forgetting_what_is_kept_leaves_plans_as_they_were() -> None:
+    """After a plan that raised, the shell drops every memo kept between plans
+    (`kept.forget_all`): they are empty then, and the same objects plan as before."""
+    snap = build(7)
+    plan = profile("default").plan
+    before = plan(snap, 5000.0)
+    assert placed_totals(snap).placed is snap.placed and gittins._rankings
+    forget_all()
+    assert _placed_totals._kept.placed == () and not gittins._rankings
+    assert all(memo.last() is None for memo in (framework._never_fit, victims._protection))
+    assert same(plan(snap, 5000.0), before)

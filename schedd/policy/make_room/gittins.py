@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from itertools import takewhile
 
 from schedd.policy.gittins import GittinsTable
-from schedd.policy.kept import Kept
+from schedd.policy.kept import Kept, forgettable
 from schedd.policy.make_room import las
 from schedd.policy.make_room.las import SpareFn
 from schedd.policy.make_room.victims import (
@@ -96,6 +96,7 @@ def _drop(rows: list[Row], row: Row) -> None:
 
 
 _rankings: dict[str, _Ranking] = {}
+forgettable(_rankings.clear)
 
 
 def _by_rank(view: View, queue: str, learned: GittinsTable) -> list[Row]:
@@ -377,6 +378,7 @@ class _Runners:
 
 
 _kept_runners: dict[str, _Runners] = {}
+forgettable(_kept_runners.clear)
 
 
 def _victim_times(
