@@ -17,8 +17,8 @@ from schedd.policy.resources import NOTHING, Resources
 class QueueSpec:
     name: str  # "org" or "org/team"
     guarantee: Resources = NOTHING
-    # Borrowing limit; None: may borrow any idle capacity. Its CPUs or memory left at 0
-    # are not limited (see Resources.exceeds).
+    # Borrowing limit; None: may borrow any idle capacity. Its CPUs, memory or GPU
+    # memory left at 0 are not limited (see Resources.exceeds_with).
     max: Resources | None = None
     weight: float = 1.0
     # A user may hold up to this factor times the queue's guarantee (YARN's

@@ -156,6 +156,17 @@ def test_an_elastic_job_grows_within_its_queues_max_and_its_users_limit(
     assert resizes(plan)["e"].gpus == 2 + grows_by
 
 
+def test_two_jobs_growing_in_one_plan_count_each_others_growth() -> None:
+    """Queue a may hold 4 GPUs; e1 and e2 hold one each: e1 grows by the 2 left, and e2,
+    counting e1's growth, by none."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=4)),)
+    e1 = elastic(placed("e1", n, [0], estimate_s=1e6, queue="a"), 1, 4)
+    e2 = elastic(placed("e2", n, [1], estimate_s=1e6, queue="a", user="bob"), 1, 4)
+    plan = run("gandiva", snapshot([n], [], [e1, e2], queues=queues), now=10_000.0)  # type: ignore[list-item]
+    assert {job_id: r.gpus for job_id, r in resizes(plan).items()} == {"e1": 3}
+
+
 def test_a_job_saving_a_checkpoint_to_grow_counts_its_new_gpus_in_its_queue() -> None:
     """e (2 GPUs) grows to 4 in queue a (max 4): while it saves its checkpoint it holds
     4 of a's, and j (2 more) waits at the max rather than take a past it."""
