@@ -55,26 +55,28 @@ async def test_a_launch_skipped_mid_plan_tells_the_job_why_it_still_waits(
     pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its GPUs go out of placement (a fault, a drain) between the plan and its launch:
-    the launch is skipped, and the job's wait says so rather than nothing."""
+    the launch is skipped, and the job's wait says so rather than nothing. Served first
+    (a claimant: GPUs were on their way out for it), it stays so."""
     alice = await tokens.create(pool, "alice", "user")
     async with start_schedd(pool) as schedd:
-        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         hub, planned = schedd.hub, schedd.scheduler._plan
-        every_gpu = {g.uuid for link in hub.links.values() for g in link.hello.inventory.gpus}
         out_now: set[str] = set()
 
         def then_gpus_fault(snapshot: Snapshot, now: float) -> Plan:
             plan = planned(snapshot, now)
-            if snapshot.pending:
-                out_now.update(every_gpu)  # from the plan on: as a fault arriving then
+            if snapshot.pending:  # from the plan on: as a fault arriving then
+                out_now.update(g.uuid for n in snapshot.nodes for g in n.gpus)
             return plan
 
         monkeypatch.setattr(schedd.scheduler, "_plan", then_gpus_fault)
         monkeypatch.setattr(hub, "out_of_placement", lambda: set(out_now))
+        # Submitted and marked before any node is there to plan on.
         status, body = await api_call(
             schedd, alice, "POST", "/v1/jobs", {"name": "t", "command": ["true"]}
         )
         assert status == 201
+        await pool.execute("UPDATE jobs SET claimant = true WHERE id = $1", body["id"])
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
         async with asyncio.timeout(5):
             while not out_now:  # noqa: ASYNC110 - the cycle's plan, in-process
                 await asyncio.sleep(0.01)
@@ -87,4 +89,6 @@ async def test_a_launch_skipped_mid_plan_tells_the_job_why_it_still_waits(
         assert last is not None and last.wait_counts() == {"not_started": 1}
         status, report = await api_call(schedd, alice, "GET", "/v1/queues")
         assert status == 200 and report["last_cycle"]["waiting"] == {"not_started": 1}
+        claimant = "SELECT claimant FROM jobs WHERE id = $1"
+        assert await pool.fetchval(claimant, body["id"]) is True
         await agent.close()
