@@ -12,6 +12,7 @@ from schedd.policy.actions import Plan
 from schedd.policy.snapshot import Snapshot
 from schedd.store import tokens
 from shared import protocol as p
+from shared.config import ProfileConfig
 from tests.integration.fake_agent import FakeAgent, state_becomes
 from tests.integration.inprocess import api_call, start_schedd
 from tests.unit.recording_log import RecordingLog
@@ -91,4 +92,30 @@ async def test_a_launch_skipped_mid_plan_tells_the_job_why_it_still_waits(
         assert status == 200 and report["last_cycle"]["waiting"] == {"not_started": 1}
         claimant = "SELECT claimant FROM jobs WHERE id = $1"
         assert await pool.fetchval(claimant, body["id"]) is True
+        await agent.close()
+
+
+async def test_jobs_behind_the_window_are_told_so_while_a_claimant_is_read_beside_it(
+    pool: asyncpg.Pool,
+) -> None:
+    """With a window of one job, j3 (a claimant) is read beside it; j2, behind it and
+    no claimant, waits as queued behind the window, not as never considered."""
+    alice = await tokens.create(pool, "alice", "user")
+    profiles = {"fifo": ProfileConfig(pending_window=1)}
+    async with start_schedd(pool, policy="fifo", profiles=profiles) as schedd:
+        ids = []
+        for name in ("j1", "j2", "j3"):  # each larger than any node: none starts
+            spec = {"name": name, "command": ["true"], "gpus": 64}
+            status, body = await api_call(schedd, alice, "POST", "/v1/jobs", spec)
+            assert status == 201
+            ids.append(body["id"])
+        await pool.execute("UPDATE jobs SET claimant = true WHERE id = $1", ids[2])
+        agent = await FakeAgent(schedd.server).connect(hub=schedd.hub)
+        async with asyncio.timeout(5):
+            while (last := schedd.scheduler.last) is None or ids[2] not in {  # noqa: ASYNC110
+                j.job_id for j in last.pending
+            }:
+                await asyncio.sleep(0.01)
+        assert [j.job_id for j in schedd.scheduler.last.pending] == [ids[0], ids[2]]
+        assert schedd.scheduler.why_pending(ids[1]).code == "queued"
         await agent.close()
