@@ -274,6 +274,25 @@ class Scheduler:
             await asyncio.sleep(pause)
             self._wakeup.set()
 
+    def _skipped(
+        self, action: Action, placed: dict[str, PlacedJob], unfreed: set[str]
+    ) -> tuple[str, str] | None:
+        """(log event, why in a wait's words) where `action` must not go out now, else
+        None. The next event plans again."""
+        lands_on = _lands_on(action, placed)
+        if unfreed and not unfreed.isdisjoint(lands_on):
+            # Its GPUs were to be freed by a suspend just before it (time-slicing),
+            # which did not happen: the job there runs on.
+            return "action skipped: its GPUs were not freed", "the job on its GPUs was not paused"
+        if not self.hub.out_of_placement().isdisjoint(lands_on):
+            # A GPU faulted (or stopped answering), or its node was drained, while this
+            # plan was carried out.
+            return (
+                "action skipped: a GPU of it is out of placement",
+                "a GPU of it went out of placement meanwhile",
+            )
+        return None
+
     def _plan(self, snapshot: Snapshot, now: float) -> Plan:
         with collector_paused():
             # Its recheck found here, with the plan (in the worker thread where a big plan
@@ -315,26 +334,11 @@ class Scheduler:
         for action in plan.actions:
             if isinstance(action, Reserve):
                 reservations[action.job_id] = action  # nothing to send: the plan holds it
-            elif unfreed and not unfreed.isdisjoint(_lands_on(action, placed)):
-                # Its GPUs were to be freed by a suspend just before it (time-slicing),
-                # which did not happen: the job there runs on. The next event plans again.
-                name = type(action).__name__
-                log.info(
-                    "action skipped: its GPUs were not freed", job_id=action.job_id, action=name
-                )
+            elif (skipped := self._skipped(action, placed, unfreed)) is not None:
+                event, why = skipped
+                log.info(event, job_id=action.job_id, action=type(action).__name__)
                 if isinstance(action, Launch):
-                    unlaunched[action.job_id] = "the job on its GPUs was not paused"
-            elif not self.hub.out_of_placement().isdisjoint(_lands_on(action, placed)):
-                # A GPU faulted (or stopped answering), or its node was drained, while
-                # this plan was carried out.
-                name = type(action).__name__
-                log.info(
-                    "action skipped: a GPU of it is out of placement",
-                    job_id=action.job_id,
-                    action=name,
-                )
-                if isinstance(action, Launch):
-                    unlaunched[action.job_id] = "a GPU of it went out of placement meanwhile"
+                    unlaunched[action.job_id] = why
             elif await self.executor.execute(action):
                 launched += isinstance(action, Launch)
                 preempted += isinstance(action, Preempt)

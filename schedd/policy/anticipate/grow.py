@@ -74,8 +74,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
 def _more(job: PlacedJob, gpus: int) -> Resources:
     """What `gpus` more GPUs add to the job's queue: the GPUs, and the GPU memory it asks
     on each (its CPUs and memory stay as they are)."""
-    per_gpu = job.request.gpu_memory_mib
-    return Resources(gpus, gpu_memory_mib=gpus * per_gpu if per_gpu is not None else 0)
+    return Resources(gpus, gpu_memory_mib=gpus * (job.request.gpu_memory_mib or 0))
 
 
 def _allowed(job: PlacedJob, view: View, most: int) -> int:
