@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from schedd.policy import framework
 from schedd.policy.actions import Launch, Plan, Preempt
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.profiles import BUILTIN, ProfileSpec, stages
-from schedd.policy.queues import QueueSpec
+from schedd.policy.queues import QueueSpec, lineage
 from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
@@ -90,6 +91,10 @@ def clusters(draw: st.DrawFn, most_waiting: int = 15, mixed_one_in: int = 4) -> 
         )
         for q in QUEUE_NAMES
     )
+    # The parent of org/x and org/y, guaranteed at least what they are together (as the
+    # config requires), and maybe more of its own.
+    teams = sum(q.guarantee.gpus for q in queues if q.name.startswith("org/"))
+    queues += (QueueSpec("org", guarantee=Resources(gpus=teams + draw(st.integers(0, 6)))),)
     free = [sorted(range(len(n.gpus)), key=lambda i, n=n: -n.gpus[i].memory_mib) for n in nodes]
     running = []
     for j in range(draw(st.integers(0, 10))):
@@ -217,17 +222,23 @@ def test_time_slicing_never_gives_a_gpu_twice(snap: Snapshot, now: float) -> Non
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=clusters(), name=st.sampled_from(["drf", "capacity", "default", "backfill"]))
 def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: str) -> None:
+    """At every level: a team, and the org above it, count."""
     plan = policy.profile(name).plan(snap, 10_000.0)
     victims = {a.job_id for a in plan.actions if isinstance(a, Preempt)}
     guarantees = {q.name: q.guarantee.gpus for q in snap.queues}
-    before: dict[str, int] = {}
-    after: dict[str, int] = {}
+    before: Counter[str] = Counter()
+    after: Counter[str] = Counter()
+
+    def count(held: Counter[str], queue: str, gpus: int) -> None:
+        for level in lineage(queue):
+            held[level] += gpus
+
     for job in snap.placed:
         if not holds_gpus(job):
             continue
-        before[job.queue] = before.get(job.queue, 0) + job.request.gpus
+        count(before, job.queue, job.request.gpus)
         if job.job_id not in victims:
-            after[job.queue] = after.get(job.queue, 0) + job.request.gpus
+            count(after, job.queue, job.request.gpus)
     # A job preempted for a job of its own queue (the Gittins index, 2D-LAS) leaves its
     # GPUs to that queue: the plan has them change hands inside it.
     queue_of = {j.job_id: j.queue for j in (*snap.placed, *snap.pending)}
@@ -236,17 +247,17 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: s
             for victim in wait.reason.split("to make room: ", 1)[1].split(", "):
                 if victim in victims and queue_of[victim] == queue_of[job_id]:
                     moved = next(j for j in snap.placed if j.job_id == victim)
-                    after[moved.queue] = after.get(moved.queue, 0) + moved.request.gpus
+                    count(after, moved.queue, moved.request.gpus)
     # What the same plan starts for the queue counts too: it holds that after the plan.
     launched = {a.job_id for a in plan.actions if isinstance(a, Launch)}
     for pending_job in snap.pending:
         if pending_job.job_id in launched:
-            q = pending_job.queue
-            after[q] = after.get(q, 0) + pending_job.request.gpus
+            count(after, pending_job.queue, pending_job.request.gpus)
     for job in snap.placed:
         if job.job_id in victims and "reclaims" in _reason(plan, job.job_id):
-            g = guarantees.get(job.queue, 0)
-            assert after.get(job.queue, 0) >= min(g, before[job.queue])
+            for level in lineage(job.queue):
+                g = guarantees.get(level, 0)
+                assert after[level] >= min(g, before[level]), (job.job_id, level)
 
 
 # Profiles that answer a waiting job's twins from its wait (`Stages.waits_alike`), and

@@ -335,6 +335,80 @@ def test_each_lending_queue_gives_back_only_what_it_borrowed_in_the_order_of_wor
     assert preempted(run("drf", snap, now=10_000.0)) == {"c900", "b800", "c700", "c500"}
 
 
+# org is guaranteed 8 GPUs; its team org/a nothing of its own (valid: the teams'
+# guarantees together are within their org's); y none at all.
+NESTED = (
+    QueueSpec("org", guarantee=Resources(gpus=8)),
+    QueueSpec("org/a"),
+    QueueSpec("org/b", guarantee=Resources(gpus=4)),
+    QueueSpec("x", guarantee=Resources(gpus=8)),
+    QueueSpec("y"),
+)
+
+
+@pytest.mark.parametrize("profile", ["drf", "capacity", "default"])
+def test_reclaim_never_takes_an_org_below_its_guarantee_through_a_team(profile: str) -> None:
+    """org/a holds 8 GPUs, all its org is guaranteed, and y borrows 8: x reclaims from y,
+    though org/a's job, with no guarantee of its own, started later."""
+    n1, n2 = node("n1"), node("n2")
+    held = [
+        placed("org-job", n1, list(range(8)), queue="org/a", started_at=5_000.0),
+        placed("y-job", n2, list(range(8)), queue="y", started_at=0.0),
+    ]
+    snap = snapshot([n1, n2], [pending("x-job", 8, queue="x")], held, queues=NESTED)
+    assert preempted(run(profile, snap, now=10_000.0)) == {"y-job"}
+
+
+@pytest.mark.parametrize("profile", ["drf", "default"])
+def test_a_team_reclaims_its_orgs_guarantee(profile: str) -> None:
+    """org holds nothing and y the whole cluster: a job of org/a, whose team has no
+    guarantee of its own, reclaims for org."""
+    n1, n2 = node("n1"), node("n2")
+    held = [
+        placed("y1", n1, list(range(8)), queue="y", started_at=0.0),
+        placed("y2", n2, list(range(8)), queue="y", started_at=100.0),
+    ]
+    snap = snapshot([n1, n2], [pending("a-job", 8, queue="org/a")], held, queues=NESTED)
+    plan = run(profile, snap, now=10_000.0)
+    assert preempted(plan) == {"y2"}
+    reason = next(a.reason for a in plan.actions if getattr(a, "job_id", "") == "y2")
+    assert reason == "preempted: queue org reclaims its guarantee for job a-job"
+
+
+def test_a_team_reclaims_from_its_sibling_only_what_the_sibling_borrowed() -> None:
+    """org/b is guaranteed 4 and holds 8 of its org's, org/a none of them: org/a's job
+    has no guarantee of its own and its org holds all of its guarantee, so nothing is
+    reclaimed. org/b's second job, holding 8 in all, reclaims nothing from org/a either."""
+    n1, n2 = node("n1"), node("n2")
+    held = [
+        placed("b1", n1, [0, 1, 2, 3], queue="org/b", started_at=0.0),
+        placed("b2", n1, [4, 5, 6, 7], queue="org/b", started_at=100.0),
+        placed("y-job", n2, list(range(8)), queue="y", started_at=0.0),
+    ]
+    snap = snapshot([n1, n2], [pending("a-job", 4, queue="org/a")], held, queues=NESTED)
+    assert not preempted(run("drf", snap, now=10_000.0))
+
+
+def test_a_team_within_its_guarantee_takes_back_what_its_sibling_borrowed() -> None:
+    """org/c is guaranteed 4 and holds none; org/b (guaranteed 4) holds 8: org/c takes
+    back the 4 org/b borrowed inside their org (the org's total unchanged), not y's job,
+    which has run longer (least work lost first)."""
+    queues = (
+        QueueSpec("org", guarantee=Resources(gpus=8)),
+        QueueSpec("org/b", guarantee=Resources(gpus=4)),
+        QueueSpec("org/c", guarantee=Resources(gpus=4)),
+        QueueSpec("y"),
+    )
+    n1, n2 = node("n1"), node("n2")
+    held = [
+        placed("b1", n1, [0, 1, 2, 3], queue="org/b", started_at=0.0),
+        placed("b2", n1, [4, 5, 6, 7], queue="org/b", started_at=200.0),
+        placed("y-job", n2, list(range(8)), queue="y", started_at=100.0),
+    ]
+    snap = snapshot([n1, n2], [pending("c-job", 4, queue="org/c")], held, queues=queues)
+    assert preempted(run("drf", snap, now=10_000.0)) == {"b2"}
+
+
 def test_young_jobs_are_protected_from_preemption() -> None:
     n = node("n", 6)
     held = [placed(f"b{i}", n, [i], queue="b", started_at=9_900.0) for i in range(6)]

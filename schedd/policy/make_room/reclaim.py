@@ -1,8 +1,13 @@
 """Reclaim: a queue within its guarantee takes back GPUs that other queues borrowed.
 
-Victims come only from queues holding more than their guarantee, and never so many
-that one falls below its own; among them, those that lose the least work (shortest
-run since start or last checkpoint) go first, and none younger than `min_run_s`.
+Queues nest (`org/team`), so a guarantee may be a team's own or its org's: a job
+reclaims for the deepest queue of its lineage that the job leaves within its
+guarantee, and takes only from jobs outside that queue (a job of a sibling team frees
+nothing for their org). Victims come only from queues holding more than their
+guarantee, at every level of the victim's lineage, and never so many that one falls
+below its own; a level the claimant's job counts in too gets its GPUs back. Among
+them, those that lose the least work (shortest run since start or last checkpoint) go
+first, and none younger than `min_run_s`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from schedd.policy.make_room.victims import (
     protected,
     protection_ends,
 )
+from schedd.policy.queues import lineage
 from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -26,6 +32,20 @@ from schedd.policy.view import View
 def _borrowed(queue: str, view: View) -> int:
     held = view.allocated.get(queue, NOTHING).gpus
     return held - view.queue(queue).guarantee.gpus
+
+
+def _reclaiming(job: PendingJob, view: View) -> str | None:
+    """The deepest queue of the job's lineage with a guarantee that still holds the job:
+    the one it reclaims for. None: no queue of its lineage is within its guarantee."""
+    for queue in reversed(lineage(job.queue)):
+        room = -_borrowed(queue, view)
+        if view.queue(queue).guarantee.gpus > 0 and job.request.gpus <= room:
+            return queue
+    return None
+
+
+def _inside(queue: str, parent: str) -> bool:
+    return queue == parent or queue.startswith(parent + "/")
 
 
 class _OldEnough(NamedTuple):
@@ -52,27 +72,48 @@ def _old_enough(view: View) -> dict[str, _OldEnough]:
     return known  # type: ignore[return-value]
 
 
-def _candidates(queue: str, view: View) -> list[PlacedJob]:
-    """Jobs of other queues that could go, least work lost first, as long as no queue
-    falls below its guarantee (the same for every job of `queue` until the view changes).
-    Each queue's room is its own: its jobs are chosen in order until it has none, and a
-    queue that borrowed less than its smallest job gives none (the usual case)."""
-    key = ("reclaim_candidates", queue, view.generation)
+def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]:
+    """Jobs outside `reclaiming` that could go, least work lost first, as long as no
+    queue falls below its guarantee (the same for every job of that queue and size until
+    the view changes). Each queue's room is its own, at each level: its jobs are chosen
+    in order until it has none, and a queue that borrowed less than its smallest job
+    gives none (the usual case). A level the job counts in too (an org above both teams)
+    gets the job's GPUs back, so its room grows by them."""
+    gpus = job.request.gpus
+    key = ("reclaim_candidates", job.queue, reclaiming, gpus, view.generation)
     known = view.memo.get(key)
     if known is not None:
         return known  # type: ignore[return-value]
+    own_lineage = lineage(job.queue)
+    left: dict[str, int] = {}
+
+    def room(level: str) -> int:
+        found = left.get(level)
+        if found is None:
+            found = left[level] = _borrowed(level, view) + (gpus if level in own_lineage else 0)
+        return found
+
     chosen: list[tuple[int, PlacedJob]] = []
     for victim_queue, (fewest, jobs) in _old_enough(view).items():
-        left = _borrowed(victim_queue, view)
-        if victim_queue == queue or fewest > left:
+        if _inside(victim_queue, reclaiming):
             continue
+        levels = lineage(victim_queue)
+        # Every level of the lineage loses what its jobs give, so the least room
+        # among them stays the least.
+        limit = min(room(level) for level in levels)
+        if fewest > limit:
+            continue
+        given = 0
         for i, victim in jobs:
-            if victim.request.gpus > left:
-                continue  # taking it would push its queue below its guarantee
+            taken = victim.request.gpus
+            if given + taken > limit:
+                continue  # taking it would push a queue below its guarantee
             if view.decided(victim.job_id):
                 continue  # already stopping, or moved, in this plan
-            left -= victim.request.gpus
+            given += taken
             chosen.append((i, victim))
+        for level in levels:
+            left[level] -= given
     chosen.sort(key=itemgetter(0))
     ranked = [victim for _, victim in chosen]
     view.memo[key] = ranked
@@ -80,19 +121,18 @@ def _candidates(queue: str, view: View) -> list[PlacedJob]:
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
-    own = view.queue(job.queue).guarantee.gpus
-    held = view.allocated.get(job.queue, NOTHING).gpus
-    if own <= 0 or held + job.request.gpus > own:
+    reclaiming = _reclaiming(job, view)
+    if reclaiming is None:
         return None  # only a queue within its guarantee reclaims
     memo = ("reclaim", job.queue, job.request)
     if memo in view.memo:
         return None  # found no victims earlier in this cycle; there are fewer now
-    victims = fewest_victims(job, view, _candidates(job.queue, view), place)
+    victims = fewest_victims(job, view, _candidates(job, reclaiming, view), place)
     if victims is None:
         view.memo[memo] = None
         return None
     return Eviction(
-        victims, f"preempted: queue {job.queue} reclaims its guarantee for job {job.job_id}"
+        victims, f"preempted: queue {reclaiming} reclaims its guarantee for job {job.job_id}"
     )
 
 
@@ -105,6 +145,6 @@ def recheck_at(view: View) -> float | None:
         for name, spec in view.queues.items()
         if view.allocated.get(name, NOTHING).gpus < spec.guarantee.gpus
     }
-    if below and any(j.queue in below for j in view.snapshot.pending):
+    if below and any(not below.isdisjoint(lineage(j.queue)) for j in view.snapshot.pending):
         return protection_ends(view)
     return None
