@@ -6,7 +6,10 @@ form the groups (`make_room.timeslice`), rotate and pack them (`decide.timeslice
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
+from schedd.policy.queues import lineage
+from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import GUARANTEED, PACKED, SUSPENDED, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
@@ -147,3 +150,20 @@ def packed_sets(view: View) -> frozenset[tuple[str, ...]]:
     if known is None:
         known = view.memo[key] = frozenset(j.gpu_uuids for j in packed_jobs(view))
     return known  # type: ignore[return-value]
+
+
+def keeps_guarantees(queue: str, paused: Iterable[PlacedJob], view: View) -> bool:
+    """Whether pausing `paused` for a job of `queue` leaves every queue of their
+    lineages at or above its guarantee, but those the job counts in too (a turn inside
+    a queue keeps its total): a borrower takes no turns from a queue within its
+    guarantee."""
+    own = lineage(queue)
+    given: Counter[str] = Counter()
+    for job in paused:
+        for level in lineage(job.queue):
+            if level not in own:
+                given[level] += job.request.gpus
+    return all(
+        view.allocated.get(level, NOTHING).gpus - gpus >= view.queue(level).guarantee.gpus
+        for level, gpus in given.items()
+    )

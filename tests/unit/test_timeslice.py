@@ -8,6 +8,7 @@ import dataclasses
 from schedd.policy.actions import Launch, Plan, Resume, Suspend
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
 from schedd.policy.snapshot import SUSPENDED, PlacedJob, Request
 from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
 
@@ -187,3 +188,65 @@ def test_a_suspended_job_holds_no_gpu_and_no_share_of_its_queue() -> None:
     waiting = paused(placed("s", n, [0]), 0.0)
     plan = run("drf", snapshot([n], [pending("new")], [waiting]), now=10.0)
     assert launches(plan)["new"].gpu_uuids == ("n-g0",)
+
+
+def test_a_borrower_takes_no_turns_from_a_queue_within_its_guarantee() -> None:
+    """a holds exactly its guarantee: b's job, a borrower, waits rather than pause a's
+    job; a's own newcomer takes turns with it (a turn inside a queue keeps its total)."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    running = [placed("a1", n, list(range(8)), queue="a")]
+    plan = run(
+        "default-gandiva",
+        snapshot([n], [pending("b1", 8, queue="b")], running, queues=queues),
+        now=10_000.0,
+    )
+    assert kinds(plan) == []
+    assert plan.waiting["b1"].code == "no_capacity"
+    plan = run(
+        "default-gandiva",
+        snapshot([n], [pending("a2", 8, queue="a")], running, queues=queues),
+        now=10_000.0,
+    )
+    assert kinds(plan) == [("Suspend", "a1"), ("Launch", "a2")]
+    # Above its guarantee a lends what it holds beyond it: one of two 4-GPU jobs.
+    halves = [placed("a1", n, [0, 1, 2, 3], queue="a"), placed("a2", n, [4, 5, 6, 7], queue="a")]
+    lender = (QueueSpec("a", guarantee=Resources(gpus=4)), QueueSpec("b"))
+    snap = snapshot([n], [pending("b1", 4, queue="b")], halves, queues=lender)
+    assert kinds(run("default-gandiva", snap, now=10_000.0)) == [
+        ("Suspend", "a1"),
+        ("Launch", "b1"),
+    ]
+
+
+def test_a_turn_never_takes_a_queue_within_its_guarantee_below_it() -> None:
+    """b's job, paused, would come back in place of a's, whose queue then holds none of
+    its guarantee: it stays paused while a holds no more than its guarantee."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    held = [
+        paused(placed("b1", n, list(range(8)), queue="b"), 0.0),
+        turn(placed("a1", n, list(range(8)), queue="a"), 100.0),
+    ]
+    plan = run("gandiva", snapshot([n], [], held, queues=queues), now=5_000.0)
+    assert kinds(plan) == []
+    plan = run("gandiva", snapshot([n], [], held, queues=(QueueSpec("b"),)), now=5_000.0)
+    assert kinds(plan) == [("Suspend", "a1"), ("Resume", "b1")]
+
+
+def test_a_paused_job_comes_back_only_within_its_queues_max() -> None:
+    """A paused job holds nothing of its queue's, so a2 was admitted beside it; a1's
+    turn then waits while a would exceed its max of 8, and comes when a2 is gone."""
+    n1, n2 = node("n1", 8), node("n2", 8)
+    queues = (QueueSpec("a", max=Resources(gpus=8)), QueueSpec("b"))
+    a1 = paused(placed("a1", n1, list(range(8)), queue="a"), 0.0)
+    b1 = turn(placed("b1", n1, list(range(8)), queue="b"), 100.0)
+    a2 = placed("a2", n2, list(range(8)), queue="a", started_at=200.0)
+    plan = run("default-gandiva", snapshot([n1, n2], [], [a1, b1, a2], queues=queues), now=5_000.0)
+    assert kinds(plan) == []
+    plan = run("default-gandiva", snapshot([n1, n2], [], [a1, b1], queues=queues), now=5_000.0)
+    assert kinds(plan) == [("Suspend", "b1"), ("Resume", "a1")]
+    # In place of a job of its own queue, what that job gives back counts: a turn.
+    a3 = turn(placed("a3", n1, list(range(8)), queue="a"), 100.0)
+    plan = run("default-gandiva", snapshot([n1, n2], [], [a1, a3], queues=queues), now=5_000.0)
+    assert kinds(plan) == [("Suspend", "a3"), ("Resume", "a1")]

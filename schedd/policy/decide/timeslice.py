@@ -10,11 +10,15 @@ opportunistic job sharing a GPU does not (it shares with whoever holds it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from schedd.policy.actions import Action, Resume, Suspend
+from schedd.policy.admit import quota, user_limit
 from schedd.policy.snapshot import PlacedJob
 from schedd.policy.timeslice import (
     free_uuids,
     holders,
+    keeps_guarantees,
     may_take_turns,
     packed_sets,
     suspended_jobs,
@@ -42,6 +46,8 @@ def decide(view: View) -> list[Action]:
             continue  # a pack runs there: its turn comes when the pack ends
         if not all(_turn_over(b, view) for b in blockers.values()):
             continue
+        if not _may_come_back(job, list(blockers.values()), view):
+            continue
         for blocker in blockers.values():
             view.suspend(blocker)
             actions.append(Suspend(blocker.job_id, f"its turn is over: job {job.job_id} resumes"))
@@ -52,6 +58,24 @@ def decide(view: View) -> list[Action]:
         by = f" (in place of {', '.join(sorted(blockers))})" if blockers else ""
         actions.append(Resume(job.job_id, f"its turn on its GPUs{by}"))
     return actions
+
+
+def _may_come_back(job: PlacedJob, blockers: Sequence[PlacedJob], view: View) -> bool:
+    """Whether the job may hold its GPUs again in place of `blockers`: its queues stay
+    within their maxes and its user within the limit, what the blockers of its own
+    queue (and user) hold given back; and no other queue goes below its guarantee."""
+    wants = job.request.resources()
+    mine = 0
+    for blocker in blockers:
+        if blocker.queue == job.queue:
+            wants = wants - blocker.request.resources()
+            if blocker.user == job.user:
+                mine += blocker.request.gpus
+    return (
+        quota.refusal(job.queue, wants, view) is None
+        and user_limit.refusal(job.queue, job.user, job.request.gpus - mine, view) is None
+        and keeps_guarantees(job.queue, blockers, view)
+    )
 
 
 def _turn_over(job: PlacedJob, view: View) -> bool:

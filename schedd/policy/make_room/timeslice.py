@@ -8,7 +8,9 @@ turn is not protected (a job that resumed in this attempt runs its turn to the e
 a newcomer waits till then; one that has run since its start may be paused at once,
 for the newcomer's early feedback) and whose GPUs fewer than
 `timeslice_max` jobs take turns on; the least shared first, then the one whose turn
-began longest ago. Nobody loses work: a suspended job keeps its process.
+began longest ago. Nobody loses work: a suspended job keeps its process. A job of a
+queue within its guarantee is no partner for a job of another queue
+(`keeps_guarantees`): a borrower takes no turns from it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from schedd.policy.placement import has_room
 from schedd.policy.snapshot import PendingJob, PlacedJob, holds_gpus
 from schedd.policy.timeslice import (
     group_sizes,
+    keeps_guarantees,
     may_take_turns,
     packed_sets,
     since,
@@ -93,11 +96,13 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # Partners only go (to the plan's choices) and capacity only shrinks in a cycle: a
     # request that found none finds none for the rest of it (but for a job with GPUs
     # reserved for it, which others of its request may not use).
-    none_for = ("timeslice_none", job.request, job.job_id if view.reserved else None)
+    none_for = ("timeslice_none", job.queue, job.request, job.job_id if view.reserved else None)
     if none_for in view.memo:
         return None
     for partner in _partners(view, job.request.gpus):
         if view.decided(partner.job_id) or not _fits_beside(job, partner, view):
+            continue
+        if not keeps_guarantees(job.queue, (partner,), view):
             continue
         turn_begins(job.queue, view)
         return Eviction(
