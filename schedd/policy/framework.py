@@ -187,6 +187,8 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     first, again = snapshot.claimants, set[str]()
     served = _served(stages, snapshot.pending, view, first, again)
     for pending in chain(served, deferred.values()):
+        if pending.request.node_id is not None:
+            pending = _unpinned(pending, view)
         claiming = bool(first) and pending.job_id in first and pending.job_id not in again
         if resumed and pending.job_id in resumed:
             continue
@@ -434,8 +436,9 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan, waits: bool 
 def _resume_moves(view: View, result: Plan) -> set[str]:
     """Jobs requeued to move, launched first on the GPUs a plan chose for them there
     (`PendingJob.resume_on`), where those are still free: they ran a moment ago, and the
-    move was decided with those GPUs theirs. Where they are not (taken meanwhile, or
-    the node away), the job waits its turn as any other."""
+    move was decided with those GPUs theirs. Where they are not (taken meanwhile), the
+    job waits its turn as any other, pinned; where the node is away, unpinned
+    (`_unpinned`)."""
     resumed: set[str] = set()
     for job in view.snapshot.pending:
         if not job.resume_on or job.request.node_id is None:
@@ -454,6 +457,16 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
         result.actions.append(Launch(job.job_id, shards, "resumes on the GPUs held for its move"))
         resumed.add(job.job_id)
     return resumed
+
+
+def _unpinned(job: PendingJob, view: View) -> PendingJob:
+    """A job pinned to a node (requeued to move or resize there) whose node is away or
+    drained runs wherever it fits, as any other: it resumes from a checkpoint on
+    storage every node mounts, and the node may not come back."""
+    if job.request.node_id in view.capacity:
+        return job
+    request = interned(dataclasses.replace(job.request, node_id=None))
+    return dataclasses.replace(job, request=request, resume_on=())
 
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.

@@ -240,6 +240,21 @@ def test_a_job_requeued_to_move_resumes_on_its_gpus_before_older_jobs(profile: s
         assert plan.waiting["mover"].code == {"fifo": "fifo_order"}.get(profile, "no_capacity")
 
 
+@pytest.mark.parametrize("profile", ["fifo", "default", "gandiva"])
+def test_a_mover_whose_node_is_gone_runs_where_it_fits(profile: str) -> None:
+    """Its target away or drained (not in the snapshot), a mover pinned there starts on
+    another node from its checkpoint; before, it waited as never able to run."""
+    a = node("a", 2)
+    mover = dataclasses.replace(
+        pending("mover", 2, at=500.0, attained_s=900.0),
+        request=Request(2, 1, 1024, node_id="b"),
+        resume_on=("b-g0", "b-g1"),
+    )
+    plan = run(profile, snapshot([a], [mover], []), now=1000.0)
+    assert launches(plan)["mover"].gpu_uuids == ("a-g0", "a-g1")
+    assert "resumes on the GPUs held" not in launches(plan)["mover"].reason
+
+
 def test_a_job_gathered_onto_one_of_its_nodes_holds_all_its_cpus_there() -> None:
     """Its part on `a` holds half its CPUs and memory; a move onto `a` takes the other
     half there too, in the plan that decides it and in every snapshot while it moves
