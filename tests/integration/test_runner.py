@@ -106,6 +106,35 @@ async def test_kill_takes_down_the_whole_process_group(tmp_path: Path) -> None:
     assert not alive(started.pid) and not alive(grandchild)
 
 
+async def test_a_job_that_ignores_sigterm_is_killed_when_the_grace_period_ends(
+    tmp_path: Path,
+) -> None:
+    """A job may ignore SIGTERM or hang in its handler; the GPUs must come back anyway,
+    a grace period later and not before."""
+    out = Outbox()
+    runner = Runner(tmp_path, out.post)
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        "open('ready', 'w'); time.sleep(60)"
+    )
+    await runner.start(launch("j", code, cwd=str(tmp_path)))
+    started = await out.wait_for(JobStarted)
+    async with asyncio.timeout(10):
+        while not (tmp_path / "ready").exists():  # noqa: ASYNC110 - a file, not an event
+            await asyncio.sleep(0.02)
+    began = time.monotonic()
+    await runner.kill("j", 1, grace_s=1)
+    try:
+        exited = await out.wait_for(JobExited, within_s=5)
+    finally:
+        if alive(started.pid):  # no escalation: leave no sleeper behind
+            os.kill(started.pid, signal.SIGKILL)
+    assert time.monotonic() - began >= 1.0  # SIGTERM alone did not end it
+    assert exited.signal == signal.SIGKILL
+    await asyncio.sleep(0.1)
+    assert not alive(started.pid)
+
+
 async def test_a_job_survives_a_runner_restart_and_its_exit_is_found(tmp_path: Path) -> None:
     first = Outbox()
     runner = Runner(tmp_path, first.post)

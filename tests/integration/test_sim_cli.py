@@ -50,6 +50,29 @@ def test_compare_writes_json_and_plots(tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
+def test_compare_puts_each_profile_in_one_table_with_its_own_figures(tmp_path: Path) -> None:
+    """Comparing is the point of --compare: each profile must replay on its own, not
+    every row the first profile's run under another name."""
+    trace = tmp_path / "long_first.csv"
+    # One GPU; a 600 s job ahead of two of 60 s, all at 0. FIFO: 600, 660, 720;
+    # shortest first: 60, 120, 720.
+    trace.write_text("job_id,submit_time,duration,num_gpu\nlong,0,600,1\ns1,0,60,1\ns2,0,60,1\n")
+    out = tmp_path / "runs.json"
+    result = schedctl(
+        "--trace", str(trace), "--format", "csv", "--cluster", "1x1",
+        "--compare", "fifo,sjf", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy "))
+    assert "avg JCT (s)" in lines[header]
+    rows = [line.split() for line in lines[header + 2 :]]
+    rows = rows[: rows.index([])]  # the table ends at the first blank line
+    assert [(row[0], row[3]) for row in rows] == [("fifo", "660.0"), ("sjf", "300.0")]
+    runs = {r["policy"]: r["jct_avg_s"] for r in json.loads(out.read_text())["runs"]}
+    assert runs == {"fifo": 660.0, "sjf": 300.0}
+
+
 def test_bad_input_exits_2_naming_the_option(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)

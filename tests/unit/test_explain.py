@@ -1,5 +1,6 @@
-"""`schedctl explain`'s words for a suspended job (who suspended it, and what of its GPUs),
-for a migrating one (where to, and the GPUs held there), a packed one and an elastic one."""
+"""`schedctl explain`'s words for a pending job (why it waits), a suspended one (who
+suspended it, and what of its GPUs), a migrating one (where to, and the GPUs held there),
+a packed one and an elastic one."""
 
 from __future__ import annotations
 
@@ -57,3 +58,19 @@ def test_an_elastic_job_says_its_range_and_a_resize_under_way() -> None:
     text = explain_text(resizing, REPORT)
     assert "resizing to 4 GPUs (GPU-0, GPU-1): saving a checkpoint, then it restarts" in text
     assert "elastic" not in explain_text(job(suspended=False), REPORT)
+
+
+def test_a_pending_job_says_why_it_waits() -> None:
+    """The question `explain` is mostly asked: the plan's reason and its code, as
+    GET /v1/jobs/ID gives them."""
+    waiting = {
+        **job(),
+        "state": "pending",
+        "placement": None,
+        "pending_reason": {"code": "no_capacity", "reason": "no node has 4 free GPUs"},
+    }
+    text = explain_text(waiting, REPORT)
+    assert text.splitlines()[:2] == [
+        "job j-1 (train) of alice: pending",
+        "waiting: no node has 4 free GPUs [no_capacity]",
+    ]
