@@ -40,6 +40,7 @@ from schedd.policy.make_room import deadline as deadline_preemption
 from schedd.policy.make_room import gittins as gittins_preemption
 from schedd.policy.make_room import gittins_sparing_urgent, reclaim, timeslice
 from schedd.policy.make_room import las as las_preemption
+from schedd.policy.make_room import priority as priority_preemption
 from schedd.policy.make_room.victims import PlaceFn
 from schedd.policy.order import (
     capacity,
@@ -103,6 +104,7 @@ PLACES: dict[str, PlaceFn] = {
 }
 MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "reclaim": reclaim.make_room,
+    "priority": priority_preemption.make_room,
     "las": las_preemption.make_room,
     "gittins": gittins_preemption.make_room,
     "gittins_sparing_urgent": gittins_sparing_urgent.make_room,
@@ -114,6 +116,7 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
 # a queue below its guarantee has jobs waiting.
 RECHECKS: dict[str, RecheckFn] = {
     "reclaim": reclaim.recheck_at,
+    "priority": priority_preemption.recheck_at,
     "las": las_preemption.recheck_at,
     "gittins": gittins_preemption.recheck_at,
     "gittins_sparing_urgent": gittins_sparing_urgent.recheck_at,
@@ -123,7 +126,8 @@ RECHECKS: dict[str, RecheckFn] = {
 # For each make-room plugin that finds victims only among jobs ranked below the waiting
 # one, that rank of pending jobs (None: it finds them by no rank, as reclaim); a profile
 # whose every make-room plugin is here answers a waiting job's twins at once
-# (`Stages.waits_alike`).
+# (`Stages.waits_alike`). Not `priority`: the twins' shortcut takes a job of the same
+# service for one of the same rank, and a priority is not service.
 MAKE_ROOM_RANKS: dict[str, RankFn | None] = {
     "reclaim": None,
     "las": las.pending_level,
