@@ -250,3 +250,23 @@ def test_a_paused_job_comes_back_only_within_its_queues_max() -> None:
     a3 = turn(placed("a3", n1, list(range(8)), queue="a"), 100.0)
     plan = run("default-gandiva", snapshot([n1, n2], [], [a1, a3], queues=queues), now=5_000.0)
     assert kinds(plan) == [("Suspend", "a3"), ("Resume", "a1")]
+
+
+def test_gpus_freed_for_a_claimant_go_to_it_not_to_a_paused_job() -> None:
+    """C reclaimed a's guarantee by stopping V, with whom S took turns. V gone, its
+    GPUs are C's: S resuming there first would have C stop S too."""
+    n = node("n", 8)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=8)), QueueSpec("b"))
+    v = turn(placed("V", n, list(range(8)), queue="b", started_at=0.0), 8_000.0)
+    s = paused(placed("S", n, list(range(8)), queue="b", user="u2", started_at=0.0), 8_000.0)
+    c = pending("C", 8, queue="a", at=9_000.0)
+    first = run("default-gandiva", snapshot([n], [c], [v, s], queues=queues), now=8_100.0)
+    assert first.claimants == {"C"}
+    after = dataclasses.replace(
+        snapshot([n], [c], [s], queues=queues), claimants=frozenset(first.claimants)
+    )
+    plan = run("default-gandiva", after, now=8_200.0)
+    assert kinds(plan) == [("Launch", "C")]
+    # With no claimant, S resumes on its freed GPUs before any pending job.
+    alone = run("default-gandiva", snapshot([n], [c], [s], queues=queues), now=8_200.0)
+    assert ("Resume", "S") in kinds(alone)

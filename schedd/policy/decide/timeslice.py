@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.snapshot import PlacedJob
+from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.timeslice import (
     free_uuids,
     holders,
@@ -48,6 +48,8 @@ def decide(view: View) -> list[Action]:
             continue
         if not _may_come_back(job, list(blockers.values()), view):
             continue
+        if not blockers and _claimed(job, view):
+            continue
         for blocker in blockers.values():
             view.suspend(blocker)
             actions.append(Suspend(blocker.job_id, f"its turn is over: job {job.job_id} resumes"))
@@ -76,6 +78,33 @@ def _may_come_back(job: PlacedJob, blockers: Sequence[PlacedJob], view: View) ->
         and user_limit.refusal(job.queue, job.user, job.request.gpus - mine, view) is None
         and keeps_guarantees(job.queue, blockers, view)
     )
+
+
+def _claimed(job: PlacedJob, view: View) -> bool:
+    """Whether a claimant (a job that GPUs on their way out were for, served first in
+    the order) could take the job's free GPUs: they may be the very ones it stopped a
+    job for, and a resume there would have it stop a second. The claimant goes first;
+    the job's turn comes at a later plan."""
+    claimants = _claimants(view)
+    if not claimants:
+        return False
+    node = view.capacity[job.shards[0].node_id]
+    free, size = len(node.free_gpus), len(node.node.gpus)
+    return any(
+        c.request.gpus <= free or (view.snapshot.multi_node and c.request.gpus > size)
+        for c in claimants
+    )
+
+
+def _claimants(view: View) -> list[PendingJob]:
+    wanted = view.snapshot.claimants
+    if not wanted:
+        return []
+    key = ("timeslice_claimants",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = [j for j in view.snapshot.pending if j.job_id in wanted]
+    return known  # type: ignore[return-value]
 
 
 def _turn_over(job: PlacedJob, view: View) -> bool:
