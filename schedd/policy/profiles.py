@@ -262,7 +262,7 @@ BUILTIN: dict[str, ProfileSpec] = {
         order="capacity", place="best_fit", admit=("quota", "user_limit"), make_room=("reclaim",)
     ),
     # The default: fair across tenants; within one, the highest Gittins index of attained
-    # service, learned from the service finished jobs took (2D-LAS until 128 have);
+    # service, learned from the service finished jobs took (2D-LAS until 256 have);
     # topology-aware placement; reclaim of guarantees; and AntMan's kinds over time: a
     # job that waited `opportunistic_after_s` without a deadline runs opportunistically
     # meanwhile on little-used GPUs, upgraded in place once it may hold its own. No
@@ -274,7 +274,7 @@ BUILTIN: dict[str, ProfileSpec] = {
         admit=("quota", "user_limit"),
         make_room=("reclaim", "gittins"),
         anticipate=("opportunistic",),
-        settings=Settings(gittins_min_finished=128),
+        settings=Settings(gittins_min_finished=256),
     ),
     # The default until 2026-11-27, without the kinds over time: every job keeps its
     # guarantee and waits for room of its own (the index learned from 32 finished jobs).

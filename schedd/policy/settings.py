@@ -17,7 +17,7 @@ class Settings:
     # The Gittins index (order.gittins) is learned once this many jobs have finished
     # (at least 32); until then the order is 2D-LAS. An index from a few dozen jobs can
     # preempt long jobs back and forth on chance clusters of finishing times
-    # (docs/simulator.md); the default profile waits for 128.
+    # (docs/simulator.md); the default profile waits for 256.
     gittins_min_finished: int = 32
     # How much decayed past use counts against a group's fair share, next to what it
     # holds now (0: current allocation only).

@@ -85,7 +85,7 @@ def test_profiles_from_config_override_and_add(tmp_path: Path) -> None:
         builtin.anticipate,
         builtin.blocking,
     )
-    assert default.settings.gittins_min_finished == builtin.settings.gittins_min_finished == 128
+    assert default.settings.gittins_min_finished == builtin.settings.gittins_min_finished == 256
     assert default.tick_s is None and default.settings.min_run_s == 0
     assert default.settings.las_thresholds_gpu_s == builtin.settings.las_thresholds_gpu_s
     assert default.settings.half_life_s == 3600.0  # usage_half_life_s, for every profile

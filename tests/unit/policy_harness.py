@@ -38,8 +38,9 @@ from schedd.policy.snapshot import (
 )
 
 # Most jobs are short, a few run for days: the longer a job has run, the less it is
-# worth, and the Gittins index puts a newcomer before a runner.
-HEAVY_TAIL = ServiceHistory.of([600.0] * 180 + [500_000.0] * 20)
+# worth, and the Gittins index puts a newcomer before a runner. 300 jobs: enough for
+# every profile to learn from (the default waits for 256).
+HEAVY_TAIL = ServiceHistory.of([600.0] * 270 + [500_000.0] * 30)
 
 
 def node(
