@@ -52,12 +52,14 @@ from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     GUARANTEED,
     OPPORTUNISTIC,
+    Node,
     PendingJob,
     Request,
     Shard,
     Snapshot,
     holds_gpus,
     interned,
+    usable,
     with_kind,
 )
 from schedd.policy.view import View
@@ -99,6 +101,9 @@ class Stages:
     # this rank or by none (reclaim). Most pending jobs of a busy cluster wait so, and
     # are answered without asking the stages again.
     waits_alike: RankFn | None = None
+    # Make-room plugins that act for a job its queue's max or its user's limit holds
+    # back, by stopping jobs that count against the same limit (`make_room.priority`).
+    over_limit: tuple[MakeRoomFn, ...] = ()
 
 
 def never_fits(view: View, job: PendingJob) -> Wait | None:
@@ -221,6 +226,11 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             admitted = _admitted_smaller(stages, job, view)
             if admitted is not None:
                 job, refused = admitted, None
+        if refused is not None and refused.code in _LIMITS and stages.over_limit:
+            over = _over_limit(stages, job, view)
+            if over is not None:
+                _preempt(job, over, view, stages, result, converted)
+                continue
         if refused is not None:
             if converted:
                 alike.waits(job, refused)
@@ -273,18 +283,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                 result.waiting[job.job_id] = await_leavers(job, view, stages.place)
                 result.claimants.add(job.job_id)
                 continue
-            if converted:
-                result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
-            for victim in eviction.victims:
-                view.stop(victim)
-                result.actions.append(Preempt(victim.job_id, eviction.reason))
-            hold_room(room_for, view, stages.place, eviction.victims)
-            result.claimants.add(job.job_id)
-            result.waiting[job.job_id] = Wait(
-                "preempting",
-                f"preempting {len(eviction.victims)} job(s) to make room: "
-                + ", ".join(v.job_id for v in eviction.victims),
-            )
+            _preempt(room_for, eviction, view, stages, result, converted)
             continue
         if converted:  # no room as guaranteed: it shares, as what it is now
             if alike.remembers:  # and so would its twins (`_blocked` reserves nothing here)
@@ -459,14 +458,47 @@ def _resume_moves(view: View, result: Plan) -> set[str]:
     return resumed
 
 
+def _preempt(
+    job: PendingJob, eviction: Eviction, view: View, stages: Stages, result: Plan, converted: bool
+) -> None:
+    """Stop the eviction's victims for `job`, which waits for them as a claimant."""
+    if converted:
+        result.actions.append(SetKind(job.job_id, GUARANTEED, GUARANTEE_BACK))
+    for victim in eviction.victims:
+        view.stop(victim)
+        result.actions.append(Preempt(victim.job_id, eviction.reason))
+    hold_room(job, view, stages.place, eviction.victims)
+    result.claimants.add(job.job_id)
+    result.waiting[job.job_id] = Wait(
+        "preempting",
+        f"preempting {len(eviction.victims)} job(s) to make room: "
+        + ", ".join(v.job_id for v in eviction.victims),
+    )
+
+
+def _over_limit(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
+    for make_room in stages.over_limit:
+        eviction = make_room(job, view, stages.place)
+        if eviction is not None:
+            return eviction
+    return None
+
+
 def _unpinned(job: PendingJob, view: View) -> PendingJob:
     """A job pinned to a node (requeued to move or resize there) whose node is away or
-    drained runs wherever it fits, as any other: it resumes from a checkpoint on
-    storage every node mounts, and the node may not come back."""
-    if job.request.node_id in view.capacity:
+    drained (or has lost GPUs it needs) runs wherever it fits, as any other: it resumes
+    from a checkpoint on storage every node mounts, and the node may not come back. A
+    node that is only full keeps it waiting there."""
+    cap = view.capacity.get(job.request.node_id or "")
+    if cap is not None and node_can_ever_fit(_placeable(cap.node), job.request) is None:
         return job
     request = interned(dataclasses.replace(job.request, node_id=None))
     return dataclasses.replace(job, request=request, resume_on=())
+
+
+def _placeable(node: Node) -> Node:
+    """The node less its GPUs out of placement (a drained node's, a faulty one's)."""
+    return node if not node.out else dataclasses.replace(node, gpus=tuple(usable(node)))
 
 
 # Per request, whether no node could ever run it: kept while the nodes are the same.

@@ -111,6 +111,8 @@ MAKE_ROOMS: dict[str, MakeRoomFn] = {
     "deadline": deadline_preemption.make_room,
     "timeslice": timeslice.make_room,
 }
+# Make-room plugins that act for a job its queue's max or user's limit holds back.
+OVER_LIMITS: dict[str, MakeRoomFn] = {"priority": priority_preemption.make_room_over_limit}
 # For each make-room plugin, when its answer could change with no event (Plan.recheck_at).
 # reclaim refuses victims only for their age: it looks again when one comes of age, while
 # a queue below its guarantee has jobs waiting.
@@ -191,6 +193,7 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
         decide_recheck=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS),
         waits_alike=_waits_alike(spec.make_room),
+        over_limit=tuple(OVER_LIMITS[m] for m in spec.make_room if m in OVER_LIMITS),
     )
 
 

@@ -12,6 +12,7 @@ from schedd.policy.settings import Settings
 from schedd.policy.snapshot import (
     MIGRATING,
     SUSPENDED,
+    Node,
     PlacedJob,
     Request,
     Shard,
@@ -240,17 +241,34 @@ def test_a_job_requeued_to_move_resumes_on_its_gpus_before_older_jobs(profile: s
         assert plan.waiting["mover"].code == {"fifo": "fifo_order"}.get(profile, "no_capacity")
 
 
+def _drained(n: Node, held: int) -> Node:
+    """A drained node as the shell gives it: only GPUs a job still holds, marked out."""
+    kept = n.gpus[len(n.gpus) - held :]
+    return dataclasses.replace(n, gpus=kept, out=frozenset(g.uuid for g in kept))
+
+
 @pytest.mark.parametrize("profile", ["fifo", "default", "gandiva"])
-def test_a_mover_whose_node_is_gone_runs_where_it_fits(profile: str) -> None:
-    """Its target away or drained (not in the snapshot), a mover pinned there starts on
-    another node from its checkpoint; before, it waited as never able to run."""
-    a = node("a", 2)
+@pytest.mark.parametrize("target", ["away", "drained idle", "drained busy", "full"])
+def test_a_mover_whose_node_is_gone_runs_where_it_fits(profile: str, target: str) -> None:
+    """Its target away (not in the snapshot) or drained (no GPU left to place on), a
+    mover pinned there starts on another node from its checkpoint; before, it waited as
+    never able to run. Only full, the node keeps it waiting there."""
+    a, b = node("a", 2), node("b", 8)
     mover = dataclasses.replace(
         pending("mover", 2, at=500.0, attained_s=900.0),
         request=Request(2, 1, 1024, node_id="b"),
         resume_on=("b-g0", "b-g1"),
     )
-    plan = run(profile, snapshot([a], [mover], []), now=1000.0)
+    nodes, running = {
+        "away": ([a], []),
+        "drained idle": ([a, _drained(b, 0)], []),
+        "drained busy": ([a, _drained(b, 2)], [placed("other", b, [6, 7])]),
+        "full": ([a, b], [placed("other", b, list(range(8)))]),
+    }[target]
+    plan = run(profile, snapshot(nodes, [mover], running), now=1000.0)
+    if target == "full":
+        assert "mover" not in launches(plan)
+        return
     assert launches(plan)["mover"].gpu_uuids == ("a-g0", "a-g1")
     assert "resumes on the GPUs held" not in launches(plan)["mover"].reason
 

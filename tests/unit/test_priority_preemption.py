@@ -7,6 +7,8 @@ import dataclasses
 from schedd.policy import build
 from schedd.policy.actions import Plan
 from schedd.policy.profiles import ProfileSpec, stages
+from schedd.policy.queues import QueueSpec
+from schedd.policy.resources import Resources
 from schedd.policy.settings import Settings
 from schedd.policy.snapshot import PlacedJob, Snapshot
 from tests.unit.policy_harness import (
@@ -87,3 +89,60 @@ def test_no_profile_answers_twins_from_a_wait_when_priorities_preempt() -> None:
     result = build("fifo-priority-preempting", fifo).plan(snapshot([n], waiting, running), 1e4)
     assert preempted(result) == {"low"}
     assert result.waiting["higher"].code == "preempting"
+
+
+def test_a_long_jobs_failure_is_not_taken_for_a_short_twins_under_reservations() -> None:
+    """big holds n-g1 (backfill): a job may use it only if it ends before big starts.
+    long, of the same request and priority, finds no room even with low stopped; short
+    does, and is not answered from long's failure."""
+    spec = dataclasses.replace(SPEC, order="fifo", blocking="backfill")
+    n = node("n", 2)
+    low = at(placed("low", n, [0], queue="q", started_at=0.0, estimate_s=20_000.0), 0)
+    waiting = [
+        pending("big", 2, queue="other", at=0.0),
+        pending("long", 2, queue="q", priority=5, at=1.0, estimate_s=100_000.0),
+        pending("short", 2, queue="q", priority=5, at=2.0, estimate_s=600.0),
+    ]
+    snap = snapshot([n], waiting, [low])
+    result = build("fifo-backfill-priority", spec).plan(snap, 10_000.0)
+    assert_valid(snap, result)
+    assert preempted(result) == {"low"}
+    assert result.waiting["short"].code == "preempting"
+
+
+def test_a_queue_at_its_max_makes_room_for_its_higher_priority_job() -> None:
+    """q may hold 2 GPUs and holds them, on a node of 4: the urgent job is within q's
+    max only once a lower job of q stops, though GPUs are free. The next plan, with that
+    job on its way out (no longer counted against the max), stops no other."""
+    n = node("n", 4)
+    queues = (QueueSpec("q", max=Resources(gpus=2)),)
+    running = [
+        at(placed("low0", n, [0], queue="q", started_at=0.0), 0),
+        at(placed("low1", n, [1], queue="q", started_at=5_000.0), 0),
+    ]
+    urgent = pending("urgent", 1, queue="q", priority=5)
+    first = plan(snapshot([n], [urgent], running, queues=queues))
+    assert preempted(first) == {"low1"}  # the one that loses the least work
+    assert first.claimants == {"urgent"}
+    leaving = [running[0], dataclasses.replace(running[1], state="preempting")]
+    snap = dataclasses.replace(
+        snapshot([n], [urgent], leaving, queues=queues), claimants=frozenset({"urgent"})
+    )
+    second = plan(snap)
+    assert not preempted(second) and "urgent" in launches(second)
+    # A job of equal priority stays held back by the max.
+    level = plan(snapshot([n], [pending("peer", 1, queue="q")], running, queues=queues))
+    assert not preempted(level) and level.waiting["peer"].code == "queue_max"
+
+
+def test_a_user_at_the_limit_stops_only_their_own_lower_jobs() -> None:
+    """alice may hold 1 GPU of q and holds it; bob's lower job would not bring her
+    within the limit, her own would."""
+    n = node("n", 4)
+    queues = (QueueSpec("q", guarantee=Resources(gpus=1), user_limit_factor=1.0),)
+    bobs = at(placed("bob-low", n, [0], queue="q", user="bob", started_at=5_000.0), 0)
+    alices = at(placed("alice-low", n, [1], queue="q", user="alice", started_at=0.0), 0)
+    urgent = pending("urgent", 1, queue="q", user="alice", priority=5)
+    assert preempted(plan(snapshot([n], [urgent], [bobs, alices], queues=queues))) == {"alice-low"}
+    result = plan(snapshot([n], [urgent], [bobs], queues=queues))
+    assert launches(result)["urgent"]  # alice holds nothing: within her limit, room free

@@ -9,7 +9,7 @@ from schedd.policy.actions import Launch, Plan, Resume, Suspend
 from schedd.policy.gittins import ServiceHistory
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import SUSPENDED, PlacedJob, Request
+from schedd.policy.snapshot import SUSPENDED, PendingJob, PlacedJob, Request
 from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
 
 
@@ -270,3 +270,20 @@ def test_gpus_freed_for_a_claimant_go_to_it_not_to_a_paused_job() -> None:
     # With no claimant, S resumes on its freed GPUs before any pending job.
     alone = run("default-gandiva", snapshot([n], [c], [s], queues=queues), now=8_200.0)
     assert ("Resume", "S") in kinds(alone)
+
+
+def test_a_job_turned_down_for_a_guarantee_leaves_its_twin_free_to_take_turns() -> None:
+    """x1 may not take turns with p1 (p holds no more than its guarantee); p2 then
+    starts, and p is above it: x2, alike to x1, takes turns with p1 (a "none" kept from
+    x1 would have had it wait)."""
+    a, b = node("a", 1, gpu_memory_mib=81_920), node("b", 1, gpu_memory_mib=40_960)
+    queues = (QueueSpec("p", guarantee=Resources(gpus=1)),)
+    p1 = placed("p1", a, [0], queue="p", started_at=0.0)
+
+    def x(job_id: str, at: float) -> PendingJob:
+        return pending(job_id, 1, gpu_memory_mib=60_000, queue="x", user="xu", at=at)
+
+    waiting = [x("x1", 0.0), pending("p2", 1, queue="p", at=1.0), x("x2", 2.0)]
+    plan = run("gandiva", snapshot([a, b], waiting, [p1], queues=queues), now=1000.0)
+    assert launches(plan)["p2"].gpu_uuids == ("b-g0",)
+    assert kinds(plan)[-2:] == [("Suspend", "p1"), ("Launch", "x2")]

@@ -96,13 +96,15 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # Partners only go (to the plan's choices) and capacity only shrinks in a cycle: a
     # request that found none finds none for the rest of it (but for a job with GPUs
     # reserved for it, which others of its request may not use).
-    none_for = ("timeslice_none", job.queue, job.request, job.job_id if view.reserved else None)
+    none_for = ("timeslice_none", job.request, job.job_id if view.reserved else None)
     if none_for in view.memo:
         return None
+    guarded = False  # a partner was turned down for its queue's guarantee alone
     for partner in _partners(view, job.request.gpus):
         if view.decided(partner.job_id) or not _fits_beside(job, partner, view):
             continue
         if not keeps_guarantees(job.queue, (partner,), view):
+            guarded = True  # its queue may hold more later in the plan: no "none"
             continue
         turn_begins(job.queue, view)
         return Eviction(
@@ -110,7 +112,8 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
             f"time-sliced: job {job.job_id} takes turns with it on its GPUs",
             launch_on=partner.shards,
         )
-    view.memo[none_for] = True
+    if not guarded:
+        view.memo[none_for] = True
     return None
 
 
