@@ -78,9 +78,13 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
             holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
             return f"with free GPUs reserved for job {holder}"
         return "with too few free GPUs"
-    if not enough_cpus(cap.cpus, request.cpus):
-        return "with too few free CPUs"
-    if cap.memory_mib < request.memory_mib:
+    cpus, memory = view.room(node_id, job)
+    if not enough_cpus(cpus, request.cpus) or memory < request.memory_mib:
+        if cpus != cap.cpus or memory != cap.memory_mib:  # kept for a reservation
+            holder = view.reserved_room[node_id][0].job_id
+            return f"with CPUs and memory reserved for job {holder}"
+        if not enough_cpus(cpus, request.cpus):
+            return "with too few free CPUs"
         return "with too little free memory"
     return tuple(g.uuid for g in sorted(gpus, key=unshared_first(view, node_id))[: request.gpus])
 
@@ -135,8 +139,8 @@ def gang_room(view: View, node_id: str, job: PendingJob, usable: int | None = No
     of them, else `usable_for`'s), as many as the node's free CPUs and memory carry."""
     if usable is None:
         usable = len(usable_for(view, node_id, job))
-    cap = view.capacity[node_id]
-    return carried(cap.cpus, cap.memory_mib, job.request, usable)
+    cpus, memory = view.room(node_id, job)
+    return carried(cpus, memory, job.request, usable)
 
 
 def carried(cpus: float, memory_mib: int, request: Request, gpus: int) -> int:

@@ -120,7 +120,7 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
                 break
             chosen.append(node_id)
             held += c
-        return Reservation(job.job_id, when, tuple(sorted(chosen)))
+        return Reservation(job.job_id, when, tuple(sorted(chosen)), job.request)
     best: tuple[float, str] | None = None
     for node in view.snapshot.nodes:
         if node_can_ever_fit(node, request) is not None:
@@ -137,4 +137,4 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
             best = (when, node.node_id)
     if best is None:
         return None
-    return Reservation(job.job_id, best[0], (best[1],))
+    return Reservation(job.job_id, best[0], (best[1],), job.request)

@@ -39,6 +39,9 @@ class Reservation:
     job_id: str
     expected_start: float
     node_ids: tuple[str, ...]
+    # What the job asks, for the CPUs and memory it counts on beside the GPUs (None:
+    # the GPUs alone).
+    request: Request | None = None
 
 
 @dataclass(slots=True)
@@ -56,6 +59,9 @@ class View:
     by_free: list[dict[str, None]]
     reserved: dict[str, Reservation] = field(default_factory=dict)  # GPU uuid ->
     reservations: dict[str, Reservation] = field(default_factory=dict)  # job id ->
+    # node -> (reservation, CPUs, memory) of the free CPUs and memory a reservation
+    # counts on there: kept from jobs that would still run at its expected start.
+    reserved_room: dict[str, tuple[Reservation, float, int]] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
     # Jobs this plan paused, resumed, packed or moved: they keep (or take) GPUs, so
     # they are no victims nor leavers, but take no other decision this cycle.
@@ -343,6 +349,32 @@ class View:
     def reserve(self, reservation: Reservation) -> None:
         self.generation += 1
         self.reservations[reservation.job_id] = reservation
+        request = reservation.request
         for node_id in reservation.node_ids:
-            for g in self.capacity[node_id].free_gpus:
+            cap = self.capacity[node_id]
+            for g in cap.free_gpus:
                 self.reserved.setdefault(g.uuid, reservation)
+            if request is None or node_id in self.reserved_room or request.gpus <= 0:
+                continue
+            # Its share of the CPUs and memory for the GPUs it may take here, of what is
+            # free now: what frees before its start may cover part of it, but a job that
+            # outlasts the start taking it would leave the reservation short for good.
+            share = min(len(cap.node.gpus), request.gpus) / request.gpus
+            cpus = min(request.cpus * share, max(cap.cpus, 0.0))
+            memory = min(int(request.memory_mib * share), max(cap.memory_mib, 0))
+            if cpus > 0 or memory > 0:
+                self.reserved_room[node_id] = (reservation, cpus, memory)
+
+    def room(self, node_id: str, job: PendingJob) -> tuple[float, int]:
+        """The node's free CPUs and memory this job may take: less what a reservation
+        there counts on, unless the job is its holder or ends before it starts."""
+        cap = self.capacity[node_id]
+        kept = self.reserved_room.get(node_id) if self.reserved_room else None
+        if kept is None:
+            return cap.cpus, cap.memory_mib
+        reservation, cpus, memory = kept
+        if reservation.job_id == job.job_id or (
+            self.now + self.estimate(job) <= reservation.expected_start
+        ):
+            return cap.cpus, cap.memory_mib
+        return cap.cpus - cpus, cap.memory_mib - memory

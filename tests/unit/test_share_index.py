@@ -65,7 +65,7 @@ def test_the_index_places_each_job_where_a_scan_would(
                     view.take(g, (Shard(n.node_id, (free[0].uuid,)),))
                     break
         job = pending(f"o{i}", gpus, cpus, kind=OPPORTUNISTIC)
-        scanned = share._scan(job.request, view)
+        scanned = share._scan(job, view)
         indexed = share.place(job, view)
         assert indexed == scanned  # the same node and GPUs, or the same reasons
         if isinstance(indexed, Placement):

@@ -77,12 +77,12 @@ def place(job: PendingJob, view: View) -> Placement | NoFit:
         index = view.memo.get(("share_index",))
         if not isinstance(index, _ShareIndex):
             index = view.memo[("share_index",)] = _ShareIndex(view)
-        found = index.best(request)
+        found = index.best(job)
         if found is None:
-            return index.no_fit(request)
+            return index.no_fit(job)
         node_id, gpus = found
         return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
-    return _scan(request, view)  # pinned, or asking for memory
+    return _scan(job, view)  # pinned, or asking for memory
 
 
 class _ShareIndex:
@@ -136,7 +136,8 @@ class _ShareIndex:
         self.lists[node.node_id] = (free, sharers, usable)
         return usable
 
-    def best(self, request: Request) -> tuple[str, list[Gpu]] | None:
+    def best(self, job: PendingJob) -> tuple[str, list[Gpu]] | None:
+        request = job.request
         count = request.gpus
         heap = self.heaps.get(count)
         if heap is None:
@@ -158,9 +159,9 @@ class _ShareIndex:
             if now != score:
                 heapq.heapreplace(heap, (now, node_id))
                 continue
-            cap = self.view.capacity[node_id]
-            if not enough_cpus(cap.cpus, request.cpus) or cap.memory_mib < request.memory_mib:
-                aside.append(heapq.heappop(heap))  # another request may fit there
+            cpus, memory = self.view.room(node_id, job)
+            if not enough_cpus(cpus, request.cpus) or memory < request.memory_mib:
+                aside.append(heapq.heappop(heap))  # another job may fit there
                 continue
             found = node_id, sorted((g for _, _, g in usable[:count]), key=lambda g: g.index)
             break
@@ -168,19 +169,19 @@ class _ShareIndex:
             heapq.heappush(heap, entry)
         return found
 
-    def no_fit(self, request: Request) -> NoFit:
-        """Why no node takes `request`: what `_scan` says, from the kept lists."""
-        view = self.view
+    def no_fit(self, job: PendingJob) -> NoFit:
+        """Why no node takes the job: what `_scan` says, from the kept lists."""
+        view, request = self.view, job.request
         few = _too_few(self.limit)
         filtered: dict[str, int] = {}  # by first failed check, in the order first met
         most = 0
         for node in view.snapshot.nodes:
-            cap = view.capacity[node.node_id]
+            cpus, memory = view.room(node.node_id, job)
             if not node.coordinated:
                 why = "without a coordinator to throttle it"
-            elif not enough_cpus(cap.cpus, request.cpus):
+            elif not enough_cpus(cpus, request.cpus):
                 why = "with too few free CPUs"
-            elif cap.memory_mib < request.memory_mib:
+            elif memory < request.memory_mib:
                 why = "with too little free memory"
             else:
                 usable = len(self.usable(node))
@@ -196,7 +197,8 @@ def _too_few(limit: float) -> str:
     return f"with too few GPUs used below {limit:g}% and not shared"
 
 
-def _scan(request: Request, view: View) -> Placement | NoFit:
+def _scan(job: PendingJob, view: View) -> Placement | NoFit:
+    request = job.request
     limit = view.settings.share_below_pct
     few = _too_few(limit)
     filtered: Counter[str] = Counter()
@@ -213,11 +215,11 @@ def _scan(request: Request, view: View) -> Placement | NoFit:
             # would be free for a guaranteed job, which would then share it so.
             filtered["without a coordinator to throttle it"] += 1
             continue
-        cap = view.capacity[node_id]
-        if not enough_cpus(cap.cpus, request.cpus):
+        cpus, memory = view.room(node_id, job)
+        if not enough_cpus(cpus, request.cpus):
             filtered["with too few free CPUs"] += 1
             continue
-        if cap.memory_mib < request.memory_mib:
+        if memory < request.memory_mib:
             filtered["with too little free memory"] += 1
             continue
         taken = view.shared.get(node_id, frozenset()) | node.out
