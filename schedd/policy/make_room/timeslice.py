@@ -73,12 +73,12 @@ def _turn_protected(job: PlacedJob, view: View) -> bool:
 
 def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
     """Whether the node has the job's CPUs and memory with the partner still there
-    (a suspended job keeps its own), and none of the GPUs is held for another job."""
+    (a suspended job keeps its own; what a reservation there counts on is not the
+    job's: `View.room`), and none of the GPUs is held for another job."""
     shard = partner.shards[0]
     if job.request.node_id is not None and job.request.node_id != shard.node_id:
         return False
-    cap = view.capacity[shard.node_id]
-    if not has_room(cap.cpus, cap.memory_mib, job.request):
+    if not has_room(*view.room(shard.node_id, job), job.request):
         return False
     want = job.request.gpu_memory_mib
     if want is not None and any(view.gpu(u).memory_mib < want for u in shard.gpu_uuids):
