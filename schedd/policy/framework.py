@@ -640,7 +640,11 @@ def _blocked(stages: Stages, job: PendingJob, view: View, nofit: NoFit, made: in
     key = ("no_capacity", id(nofit))
     known = view.memo.get(key)
     if known is None:
-        known = view.memo[key] = (nofit, Wait("no_capacity", nofit.describe(job.request)))
+        if needs_spreading(job, view):
+            reason = nofit.describe_gang(job.request, view.free_gpu_count())
+        else:
+            reason = nofit.describe(job.request)
+        known = view.memo[key] = (nofit, Wait("no_capacity", reason))
     wait: Wait = known[1]  # type: ignore[index]
     settings = stages.settings
     if stages.blocking != "backfill" or made >= settings.reservations:

@@ -30,9 +30,22 @@ class NoFit:
     def describe(self, request: Request) -> str:
         if not self.filtered:
             return "no nodes are connected"
-        parts = [f"{n} {'node' if n == 1 else 'nodes'} {why}" for why, n in self.filtered.items()]
         most = self.most_free_gpus
-        return f"no node can take it now: {', '.join(parts)} (most free GPUs on a node: {most})"
+        return f"no node can take it now: {self._parts()} (most free GPUs on a node: {most})"
+
+    def describe_gang(self, request: Request, free: int) -> str:
+        """For a gang across nodes, which starts whole or not at all."""
+        if not self.filtered:
+            return "no nodes are connected"
+        return (
+            f"gang incomplete: it starts on all {request.gpus} GPUs at once, and {free} are"
+            f" free: {self._parts()} (most free GPUs on a node: {self.most_free_gpus})"
+        )
+
+    def _parts(self) -> str:
+        return ", ".join(
+            f"{n} {'node' if n == 1 else 'nodes'} {why}" for why, n in self.filtered.items()
+        )
 
 
 def node_can_ever_fit(node: Node, request: Request) -> str | None:

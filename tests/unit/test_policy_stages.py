@@ -161,6 +161,9 @@ def test_a_gang_starts_whole_or_not_at_all() -> None:
     plan = run("fifo", snap)
     assert not launches(plan)
     assert plan.waiting["gang"].code == "no_capacity"
+    # Its wait says why in a gang's words, not a single node's.
+    reason = plan.waiting["gang"].reason
+    assert reason.startswith("gang incomplete: it starts on all 8 GPUs at once, and 7 are free")
 
 
 @pytest.mark.parametrize("profile", ["fifo", "default", "chronus", "liquid", "tiresias"])
