@@ -230,6 +230,9 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             over = _over_limit(stages, job, view)
             if over is not None:
                 _preempt(job, over, view, stages, result, converted)
+                # What its victims gave back of the limits is its own for the rest of
+                # the plan: a later job taking it would leave the stops for nothing.
+                view.charge(job.queue, job.user, job.request.resources())
                 continue
         if refused is not None:
             if converted:
@@ -362,7 +365,7 @@ class _WaitsAlike:
             earlier = self.known.get((job.queue, job.user, job.request, job.gpu_range))
             self.last, self.last_known = job, earlier
         # Written out, as in `no_room`: a helper for both cost 2% of a backlog plan.
-        if earlier is None or earlier[0] != self.view.generation or self.view.reserved:
+        if earlier is None or earlier[0] != self.view.generation or self.view.reservations:
             return None
         if job.attained_s == earlier[2] or self.rank(job) >= earlier[1]:
             return earlier[3]
@@ -376,7 +379,7 @@ class _WaitsAlike:
         if self.rank is None or job.spec_kind != GUARANTEED or job.gpu_range is not None:
             return False
         earlier = self.roomless.get((job.queue, job.request))
-        if earlier is None or earlier[0] != self.view.generation or self.view.reserved:
+        if earlier is None or earlier[0] != self.view.generation or self.view.reservations:
             return False
         return job.attained_s == earlier[2] or self.rank(job) >= earlier[1]
 
@@ -388,7 +391,7 @@ class _WaitsAlike:
     def waits(self, job: PendingJob, wait: Wait, no_room: bool = False) -> Wait:
         """`wait`, remembered as how `job` and its twins wait at this generation; with
         `no_room`, the job was admitted and found no room nor made any (`no_room`)."""
-        if self.rank is not None and job.kind == GUARANTEED and not self.view.reserved:
+        if self.rank is not None and job.kind == GUARANTEED and not self.view.reservations:
             generation, rank = self.view.generation, self.rank(job)
             key = (job.queue, job.user, job.request, job.gpu_range)
             known = (generation, rank, job.attained_s, wait)
@@ -404,8 +407,11 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan, waits: bool 
     starts where GPUs stayed little used (True), or waits, never holding others back
     (its wait recorded unless not `waits`)."""
     # A request that found no shareable GPUs finds none later in the plan: its Wait is
-    # kept, said once for every job of that request (which passed the checks below).
-    key = ("no_share", job.request)
+    # kept, said once for every job of that request (which passed the checks below);
+    # with a reservation, of that request and end (what it keeps is open to a job that
+    # ends before it starts).
+    ends = view.now + view.estimate(job) if view.reservations else None
+    key = ("no_share", job.request, ends)
     wait = view.memo.get(key)
     if not isinstance(wait, Wait):
         wait = _never_fits(view, job)
@@ -544,8 +550,9 @@ def _smaller(job: PendingJob) -> Iterator[PendingJob]:
 
 
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
-    # Whether reserved GPUs are open to this job depends on when it would end.
-    ends = view.now + view.estimate(job) if view.reserved else None
+    # Whether reserved GPUs (and CPUs and memory) are open to this job depends on when
+    # it would end.
+    ends = view.now + view.estimate(job) if view.reservations else None
     key = ("no_fit", job.request, ends)
     known = view.memo.get(key)
     if isinstance(known, NoFit):

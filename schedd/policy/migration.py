@@ -79,24 +79,36 @@ def target(
     job: PlacedJob, view: View, avoid: frozenset[str], taken: Taken | None = None
 ) -> tuple[Shard, ...] | None:
     """The job's GPUs on one node outside `avoid`, best fit (the node left fullest),
-    with its CPUs and memory; what is in `taken` is spoken for."""
+    with its CPUs and memory; what is in `taken` is spoken for, and what a reservation
+    holds is not the job's unless it ends before the reservation's start."""
     # Not pinned to the node a migration brought it to: it may move on from there.
     request = dataclasses.replace(job.request, node_id=None)
     need = request.gpus
     best: tuple[int, str, tuple[Shard, ...]] | None = None
+    ends = view.now + view.remaining(job)
     for bucket in view.by_free[need:]:
         for node_id in bucket:
             if node_id in avoid:
                 continue
             cap = view.capacity[node_id]
             spoken = taken.gpus.get(node_id, set()) if taken else set()
-            free = [g for g in cap.free_gpus if g.uuid not in spoken]
+            free = [
+                g
+                for g in cap.free_gpus
+                if g.uuid not in spoken
+                and (
+                    (r := view.reserved.get(g.uuid)) is None
+                    or r.job_id == job.job_id
+                    or ends <= r.expected_start
+                )
+            ]
             if request.gpu_memory_mib is not None:
                 free = [g for g in free if g.memory_mib >= request.gpu_memory_mib]
             if len(free) < need or node_can_ever_fit(cap.node, request) is not None:
                 continue
             cpus, memory = taken.used.get(node_id, (0.0, 0)) if taken else (0.0, 0)
-            if not has_room(cap.cpus - cpus, cap.memory_mib - memory, request):
+            room_cpus, room_memory = view.room(node_id, job)
+            if not has_room(room_cpus - cpus, room_memory - memory, request):
                 continue
             left = len(free) - need
             if best is None or (left, node_id) < best[:2]:

@@ -114,13 +114,15 @@ def _reservation(job: PendingJob, view: View, need: int) -> Reservation | None:
             return None
         # Hold only the nodes it needs: those that carry the most of it by then, so
         # that the gang spans as few as it can and the rest of the cluster stays open.
-        chosen, held = [], 0
+        takes: dict[str, int] = {}
+        held = 0
         for node_id, c in sorted(room.items(), key=lambda nc: (-nc[1], nc[0])):
             if held >= need or c <= 0:
                 break
-            chosen.append(node_id)
+            takes[node_id] = min(c, need - held)
             held += c
-        return Reservation(job.job_id, when, tuple(sorted(chosen)), job.request)
+        chosen = tuple(sorted(takes))
+        return Reservation(job.job_id, when, chosen, job.request, tuple(takes[n] for n in chosen))
     best: tuple[float, str] | None = None
     for node in view.snapshot.nodes:
         if node_can_ever_fit(node, request) is not None:

@@ -40,8 +40,10 @@ class Reservation:
     expected_start: float
     node_ids: tuple[str, ...]
     # What the job asks, for the CPUs and memory it counts on beside the GPUs (None:
-    # the GPUs alone).
+    # the GPUs alone), and for a gang the GPUs it counts on taking on each node (in the
+    # order of `node_ids`; empty: all of them on its one node).
     request: Request | None = None
+    gpus_on: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -350,31 +352,34 @@ class View:
         self.generation += 1
         self.reservations[reservation.job_id] = reservation
         request = reservation.request
-        for node_id in reservation.node_ids:
+        for i, node_id in enumerate(reservation.node_ids):
             cap = self.capacity[node_id]
             for g in cap.free_gpus:
                 self.reserved.setdefault(g.uuid, reservation)
             if request is None or node_id in self.reserved_room or request.gpus <= 0:
                 continue
-            # Its share of the CPUs and memory for the GPUs it may take here, of what is
-            # free now: what frees before its start may cover part of it, but a job that
-            # outlasts the start taking it would leave the reservation short for good.
-            share = min(len(cap.node.gpus), request.gpus) / request.gpus
+            # Its share of the CPUs and memory for the GPUs it counts on here, of what
+            # is free now: what frees before its start may cover part of it, but a job
+            # that outlasts the start taking it would leave the reservation short for
+            # good.
+            gpus = reservation.gpus_on[i] if reservation.gpus_on else request.gpus
+            share = gpus / request.gpus
             cpus = min(request.cpus * share, max(cap.cpus, 0.0))
             memory = min(int(request.memory_mib * share), max(cap.memory_mib, 0))
             if cpus > 0 or memory > 0:
                 self.reserved_room[node_id] = (reservation, cpus, memory)
 
-    def room(self, node_id: str, job: PendingJob) -> tuple[float, int]:
-        """The node's free CPUs and memory this job may take: less what a reservation
-        there counts on, unless the job is its holder or ends before it starts."""
+    def room(self, node_id: str, job: PendingJob | PlacedJob) -> tuple[float, int]:
+        """The node's free CPUs and memory this job may take (a job placed here now, or
+        moved here): less what a reservation there counts on, unless the job is its
+        holder or ends before it starts."""
         cap = self.capacity[node_id]
         kept = self.reserved_room.get(node_id) if self.reserved_room else None
         if kept is None:
             return cap.cpus, cap.memory_mib
         reservation, cpus, memory = kept
-        if reservation.job_id == job.job_id or (
-            self.now + self.estimate(job) <= reservation.expected_start
-        ):
+        left = self.remaining(job) if isinstance(job, PlacedJob) else self.estimate(job)
+        if reservation.job_id == job.job_id or self.now + left <= reservation.expected_start:
             return cap.cpus, cap.memory_mib
-        return cap.cpus - cpus, cap.memory_mib - memory
+        # Never below nothing: a job that asks for none may still come.
+        return max(cap.cpus - cpus, 0.0), max(cap.memory_mib - memory, 0)

@@ -146,3 +146,35 @@ def test_a_user_at_the_limit_stops_only_their_own_lower_jobs() -> None:
     assert preempted(plan(snapshot([n], [urgent], [bobs, alices], queues=queues))) == {"alice-low"}
     result = plan(snapshot([n], [urgent], [bobs], queues=queues))
     assert launches(result)["urgent"]  # alice holds nothing: within her limit, room free
+
+
+def test_what_a_queues_victims_give_back_is_the_claimants_for_the_rest_of_the_plan() -> None:
+    """low1 is stopped for urgent under q's max: peer, of q and a lower priority, must
+    not take that share in the same plan (the stop would be for nothing)."""
+    n = node("n", 4)
+    queues = (QueueSpec("q", max=Resources(gpus=2)),)
+    running = [
+        at(placed("low0", n, [0], queue="q", started_at=9_900.0), 0),  # too young to stop
+        at(placed("low1", n, [1], queue="q", started_at=0.0), 0),
+    ]
+    waiting = [pending("urgent", 1, queue="q", priority=5), pending("peer", 1, queue="q", at=1.0)]
+    result = plan(snapshot([n], waiting, running, queues=queues))
+    assert preempted(result) == {"low1"}
+    assert "peer" not in launches(result) and result.waiting["peer"].code == "queue_max"
+
+
+def test_a_queue_over_a_lowered_max_stops_enough_or_none() -> None:
+    """q holds 3 GPUs under a max since lowered to 2: urgent is within it only with two
+    of q's jobs gone. Two are too young to stop, so it stops none (not the one old job,
+    for nothing); with them of age it stops two."""
+    n = node("n", 4)
+    queues = (QueueSpec("q", max=Resources(gpus=2)),)
+    running = [
+        at(placed("old", n, [0], queue="q", started_at=0.0), 0),
+        at(placed("young1", n, [1], queue="q", started_at=9_900.0), 0),
+        at(placed("young2", n, [2], queue="q", started_at=9_900.0), 0),
+    ]
+    urgent = pending("urgent", 1, queue="q", priority=5)
+    assert not preempted(plan(snapshot([n], [urgent], running, queues=queues)))
+    later = plan(snapshot([n], [urgent], running, queues=queues), now=10_300.0)
+    assert len(preempted(later)) == 2

@@ -127,7 +127,7 @@ def make_room(
     # shrinks as the plan goes on.
     # With GPUs reserved, whether a job may use them depends on its own estimate: then
     # only the same rank is known to fail.
-    memo = ("gittins", job.queue, job.request, mine if view.reserved else None, spare)
+    memo = ("gittins", job.queue, job.request, mine if view.reservations else None, spare)
     if known_to_fail(view, memo, mine):
         return None
     rows = _by_rank(view, job.queue, learned)

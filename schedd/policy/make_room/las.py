@@ -47,7 +47,7 @@ def make_room(
     # level no better (its candidates are fewer), for the rest of the cycle: capacity
     # only shrinks as the plan goes on. With GPUs reserved, whether a job may use them
     # depends on its own estimate: then only the same level is known to fail.
-    memo = ("las", job.queue, job.request, mine if view.reserved else None, spare)
+    memo = ("las", job.queue, job.request, mine if view.reservations else None, spare)
     if known_to_fail(view, memo, mine):
         return None
     ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import takewhile
 
-from schedd.policy.admit import quota, user_limit
+from schedd.policy.admit import user_limit
 from schedd.policy.make_room.victims import (
     Eviction,
     PlaceFn,
@@ -28,6 +28,8 @@ from schedd.policy.make_room.victims import (
     remember_failure,
     unprotected,
 )
+from schedd.policy.queues import lineage
+from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -52,7 +54,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # A job that found no victims leaves none for one of the same request and a
     # priority no higher (its candidates are fewer), for the rest of the cycle; with
     # GPUs reserved, whether a job may use them depends on its own estimate.
-    memo = ("priority", job.queue, job.request, job.job_id if view.reserved else None)
+    memo = ("priority", job.queue, job.request, job.job_id if view.reservations else None)
     if known_to_fail(view, memo, -job.priority):
         return None
     ranked = [v for _, v in takewhile(lambda row: row[0] < job.priority, rows)]
@@ -73,13 +75,17 @@ def make_room_over_limit(job: PendingJob, view: View, place: PlaceFn) -> Evictio
     rows = _by_priority(view).get(job.queue)
     if not rows or rows[0][0] >= job.priority:
         return None
-    wants, mine = job.request.resources(), job.request.gpus
+    wants, freed, mine = job.request.resources(), NOTHING, job.request.gpus
 
     def within() -> bool:
-        return (
-            quota.refusal(job.queue, wants, view) is None
-            and user_limit.refusal(job.queue, job.user, mine, view) is None
-        )
+        # Each max of its lineage counts what the queue holds less its victims, plus
+        # the job: a queue over its max already (a max lowered since) needs more gone.
+        for level in lineage(job.queue):
+            limit = view.queue(level).max
+            held = view.allocated.get(level, NOTHING) - freed
+            if limit is not None and held.exceeds_with(wants, limit) is not None:
+                return False
+        return user_limit.refusal(job.queue, job.user, mine, view) is None
 
     def over_user_limit() -> bool:
         return user_limit.refusal(job.queue, job.user, mine, view) is not None
@@ -95,7 +101,7 @@ def make_room_over_limit(job: PendingJob, view: View, place: PlaceFn) -> Evictio
             if (own and victim.user != job.user) or victim in needed:
                 continue
             needed.append(victim)
-            wants = wants - victim.request.resources()
+            freed = freed + victim.request.resources()
             mine -= victim.request.gpus if victim.user == job.user else 0
     if not needed or not within():
         return None  # not even all of them bring it within its limits

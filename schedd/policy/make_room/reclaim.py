@@ -125,7 +125,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     if reclaiming is None:
         return None  # only a queue within its guarantee reclaims
     # With GPUs reserved, whether a job may use them depends on its own estimate.
-    memo = ("reclaim", job.queue, job.request, job.job_id if view.reserved else None)
+    memo = ("reclaim", job.queue, job.request, job.job_id if view.reservations else None)
     if memo in view.memo:
         return None  # found no victims earlier in this cycle; there are fewer now
     victims = fewest_victims(job, view, _candidates(job, reclaiming, view), place)

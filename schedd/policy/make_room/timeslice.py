@@ -96,7 +96,7 @@ def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
     # Partners only go (to the plan's choices) and capacity only shrinks in a cycle: a
     # request that found none finds none for the rest of it (but for a job with GPUs
     # reserved for it, which others of its request may not use).
-    none_for = ("timeslice_none", job.request, job.job_id if view.reserved else None)
+    none_for = ("timeslice_none", job.request, job.job_id if view.reservations else None)
     if none_for in view.memo:
         return None
     guarded = False  # a partner was turned down for its queue's guarantee alone
