@@ -46,6 +46,7 @@ from schedd.policy.placement import (
     needs_spreading,
     node_can_ever_fit,
 )
+from schedd.policy.queues import lineage
 from schedd.policy.reservation import reservation_for
 from schedd.policy.resources import NOTHING
 from schedd.policy.settings import Settings
@@ -230,9 +231,6 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             over = _over_limit(stages, job, view)
             if over is not None:
                 _preempt(job, over, view, stages, result, converted)
-                # What its victims gave back of the limits is its own for the rest of
-                # the plan: a later job taking it would leave the stops for nothing.
-                view.charge(job.queue, job.user, job.request.resources())
                 continue
         if refused is not None:
             if converted:
@@ -285,6 +283,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if not eviction.victims:
                 result.waiting[job.job_id] = await_leavers(job, view, stages.place)
                 result.claimants.add(job.job_id)
+                _charge_if_limited(job, view)
                 continue
             _preempt(room_for, eviction, view, stages, result, converted)
             continue
@@ -410,7 +409,7 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan, waits: bool 
     # kept, said once for every job of that request (which passed the checks below);
     # with a reservation, of that request and end (what it keeps is open to a job that
     # ends before it starts).
-    ends = view.now + view.estimate(job) if view.reservations else None
+    ends = view.ends(job) if view.reservations else None
     key = ("no_share", job.request, ends)
     wait = view.memo.get(key)
     if not isinstance(wait, Wait):
@@ -475,11 +474,25 @@ def _preempt(
         result.actions.append(Preempt(victim.job_id, eviction.reason))
     hold_room(job, view, stages.place, eviction.victims)
     result.claimants.add(job.job_id)
+    _charge_if_limited(job, view)
     result.waiting[job.job_id] = Wait(
         "preempting",
         f"preempting {len(eviction.victims)} job(s) to make room: "
         + ", ".join(v.job_id for v in eviction.victims),
     )
+
+
+def _charge_if_limited(job: PendingJob, view: View) -> None:
+    """A claimant's queue (and user) hold its share for the rest of the plan where a max
+    or a per-user limit bounds them: a later job taking what its victims gave back of
+    the limit would leave the stops for nothing and the claimant over it. (Not where
+    nothing bounds them: the fair orders' ranks then stay as the plan found them.)"""
+    spec = view.queue(job.queue)
+    limited = spec.user_limit_factor is not None or any(
+        view.queue(level).max is not None for level in lineage(job.queue)
+    )
+    if limited:
+        view.charge(job.queue, job.user, job.request.resources())
 
 
 def _over_limit(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
@@ -552,7 +565,7 @@ def _smaller(job: PendingJob) -> Iterator[PendingJob]:
 def _place(stages: Stages, job: PendingJob, view: View) -> Placement | NoFit:
     # Whether reserved GPUs (and CPUs and memory) are open to this job depends on when
     # it would end.
-    ends = view.now + view.estimate(job) if view.reservations else None
+    ends = view.ends(job) if view.reservations else None
     key = ("no_fit", job.request, ends)
     known = view.memo.get(key)
     if isinstance(known, NoFit):

@@ -64,6 +64,9 @@ class View:
     # node -> (reservation, CPUs, memory) of the free CPUs and memory a reservation
     # counts on there: kept from jobs that would still run at its expected start.
     reserved_room: dict[str, tuple[Reservation, float, int]] = field(default_factory=dict)
+    # node -> CPUs and memory this plan gave there to jobs that end before the node's
+    # reservation starts (they will be free again for it).
+    lent: dict[str, tuple[float, int]] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
     # Jobs this plan paused, resumed, packed or moved: they keep (or take) GPUs, so
     # they are no victims nor leavers, but take no other decision this cycle.
@@ -154,6 +157,10 @@ class View:
             return job.attained_s + job.request.gpus * (self.now - job.attained_as_of)
         return job.attained_s
 
+    def ends(self, job: PendingJob | PlacedJob) -> float:
+        """When the job would end, started (or going on) now: `remaining` from now."""
+        return self.now + self.remaining(job)
+
     def remaining(self, job: PendingJob | PlacedJob) -> float:
         """Seconds of running left by its estimate (SRTF, deadlines): the estimate less
         the time its attained GPU-seconds stand for. The estimate is of a run on all the
@@ -173,7 +180,7 @@ class View:
         free = self.capacity[node_id].free_gpus
         if not self.reserved:
             return free
-        ends = self.now + self.estimate(job)
+        ends = self.ends(job)
         return [
             g
             for g in free
@@ -233,9 +240,19 @@ class View:
         self.generation += 1
         for shard, part in zip(shards, shard_requests(job.request, shards), strict=True):
             self._take_on(shard, part, job.request.gpus)
+            self._lend(shard.node_id, job, part)
         self._count(job.queue, job.user, job.request.resources(), +1)
-        self.launched.append((shards, self.now + self.estimate(job), job.request))
+        self.launched.append((shards, self.ends(job), job.request))
         self.launching.append((job, shards))
+
+    def _lend(self, node_id: str, job: PendingJob, part: Request) -> None:
+        """Count what a job that ends before the node's reservation starts took there."""
+        kept = self.reserved_room.get(node_id) if self.reserved_room else None
+        if kept is None or kept[0].job_id == job.job_id:
+            return
+        if self.ends(job) <= kept[0].expected_start:
+            cpus, memory = self.lent.get(node_id, (0.0, 0))
+            self.lent[node_id] = (cpus + part.cpus, memory + part.memory_mib)
 
     def _take_on(self, shard: Shard, part: Request, size: int | None) -> None:
         """Take the shard's GPUs, and `part`'s CPUs and memory, on its node, which moves
@@ -255,6 +272,7 @@ class View:
             cap = self.writable(shard.node_id)
             cap.cpus -= part.cpus
             cap.memory_mib -= part.memory_mib
+            self._lend(shard.node_id, job, part)
         self.mark_shared(shards)
 
     def stop(self, job: PlacedJob) -> None:
@@ -354,8 +372,19 @@ class View:
         request = reservation.request
         for i, node_id in enumerate(reservation.node_ids):
             cap = self.capacity[node_id]
+            # The free GPUs it counts on here, no more (all where it says nothing).
+            wanted = len(cap.free_gpus)
+            if request is not None and request.gpus > 0:
+                wanted = reservation.gpus_on[i] if reservation.gpus_on else request.gpus
+            least = request.gpu_memory_mib if request is not None else None
+            held = 0
             for g in cap.free_gpus:
-                self.reserved.setdefault(g.uuid, reservation)
+                if held >= wanted:
+                    break
+                if least is not None and g.memory_mib < least:
+                    continue  # too small for it: not held
+                if self.reserved.setdefault(g.uuid, reservation) is reservation:
+                    held += 1
             if request is None or node_id in self.reserved_room or request.gpus <= 0:
                 continue
             # Its share of the CPUs and memory for the GPUs it counts on here, of what
@@ -378,8 +407,13 @@ class View:
         if kept is None:
             return cap.cpus, cap.memory_mib
         reservation, cpus, memory = kept
-        left = self.remaining(job) if isinstance(job, PlacedJob) else self.estimate(job)
-        if reservation.job_id == job.job_id or self.now + left <= reservation.expected_start:
+        if reservation.job_id == job.job_id or self.ends(job) <= reservation.expected_start:
             return cap.cpus, cap.memory_mib
-        # Never below nothing: a job that asks for none may still come.
-        return max(cap.cpus - cpus, 0.0), max(cap.memory_mib - memory, 0)
+        # What jobs that end before its start took of the free CPUs and memory will be
+        # free again by then: it is kept of the rest. Never below nothing: a job that
+        # asks for none may still come.
+        lent_cpus, lent_memory = self.lent.get(node_id, (0.0, 0))
+        return (
+            max(min(cap.cpus, cap.cpus + lent_cpus - cpus), 0.0),
+            max(min(cap.memory_mib, cap.memory_mib + lent_memory - memory), 0),
+        )

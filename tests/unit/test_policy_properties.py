@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,6 +28,7 @@ from schedd.policy.snapshot import (
     SUSPENDED,
     PendingJob,
     PlacedJob,
+    Request,
     Shard,
     Snapshot,
     holds_gpus,
@@ -44,6 +44,7 @@ from tests.unit.policy_harness import (
 )
 
 QUEUE_NAMES = ["a", "b", "org/x", "org/y"]
+CPUS = [0.0, 0.0, 4.0]  # guaranteed CPUs (0: none)
 
 
 @st.composite
@@ -84,7 +85,8 @@ def clusters(draw: st.DrawFn, most_waiting: int = 15, mixed_one_in: int = 4) -> 
     queues = tuple(
         QueueSpec(
             q,
-            guarantee=Resources(gpus=draw(st.integers(0, 6))),
+            # Some guarantee CPUs too: reclaim keeps every queue at them as well.
+            guarantee=Resources(gpus=draw(st.integers(0, 6)), cpus=draw(st.sampled_from(CPUS))),
             max=draw(st.none() | st.builds(Resources, gpus=st.integers(4, 20))),
             weight=draw(st.sampled_from([1.0, 2.0])),
             user_limit_factor=draw(st.none() | st.just(1.5)),
@@ -222,42 +224,58 @@ def test_time_slicing_never_gives_a_gpu_twice(snap: Snapshot, now: float) -> Non
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=clusters(), name=st.sampled_from(["drf", "capacity", "default", "backfill"]))
 def test_reclaim_never_takes_a_queue_below_its_guarantee(snap: Snapshot, name: str) -> None:
-    """At every level: a team, and the org above it, count."""
+    """At every level (a team, and the org above it), in GPUs and in CPUs where some
+    are guaranteed."""
     plan = policy.profile(name).plan(snap, 10_000.0)
     victims = {a.job_id for a in plan.actions if isinstance(a, Preempt)}
-    guarantees = {q.name: q.guarantee.gpus for q in snap.queues}
-    before: Counter[str] = Counter()
-    after: Counter[str] = Counter()
+    guarantees = {q.name: q.guarantee for q in snap.queues}
+    before: dict[str, Resources] = {}
+    after: dict[str, Resources] = {}
 
-    def count(held: Counter[str], queue: str, gpus: int) -> None:
+    def count(held: dict[str, Resources], queue: str, request: Request) -> None:
         for level in lineage(queue):
-            held[level] += gpus
+            held[level] = held.get(level, Resources()) + request.resources()
 
     for job in snap.placed:
         if not holds_gpus(job):
             continue
-        count(before, job.queue, job.request.gpus)
+        count(before, job.queue, job.request)
         if job.job_id not in victims:
-            count(after, job.queue, job.request.gpus)
+            count(after, job.queue, job.request)
     # A job preempted for a job of its own queue (the Gittins index, 2D-LAS) leaves its
     # GPUs to that queue: the plan has them change hands inside it.
+    # One preempted for a job of a sibling team gives back to their org (a level both
+    # count in) what the claimant will take there, up to what its victims free.
     queue_of = {j.job_id: j.queue for j in (*snap.placed, *snap.pending)}
+    by_id = {j.job_id: j for j in snap.placed}
     for job_id, wait in plan.waiting.items():
         if wait.code == "preempting" and "to make room: " in wait.reason:
-            for victim in wait.reason.split("to make room: ", 1)[1].split(", "):
+            names = wait.reason.split("to make room: ", 1)[1].split(", ")
+            others = []
+            for victim in names:
                 if victim in victims and queue_of[victim] == queue_of[job_id]:
-                    moved = next(j for j in snap.placed if j.job_id == victim)
-                    count(after, moved.queue, moved.request.gpus)
+                    count(after, by_id[victim].queue, by_id[victim].request)
+                elif victim in victims:
+                    others.append(by_id[victim])
+            claimant = next(j for j in snap.pending if j.job_id == job_id).request
+            for level in lineage(queue_of[job_id]):
+                freed = [v.request for v in others if level in lineage(v.queue)]
+                if freed:
+                    gpus = min(claimant.gpus, sum(r.gpus for r in freed))
+                    cpus = min(claimant.cpus, sum(r.cpus for r in freed))
+                    after[level] = after.get(level, Resources()) + Resources(gpus, cpus)
     # What the same plan starts for the queue counts too: it holds that after the plan.
     launched = {a.job_id for a in plan.actions if isinstance(a, Launch)}
     for pending_job in snap.pending:
         if pending_job.job_id in launched:
-            count(after, pending_job.queue, pending_job.request.gpus)
+            count(after, pending_job.queue, pending_job.request)
     for job in snap.placed:
         if job.job_id in victims and "reclaims" in _reason(plan, job.job_id):
             for level in lineage(job.queue):
-                g = guarantees.get(level, 0)
-                assert after[level] >= min(g, before[level]), (job.job_id, level)
+                g = guarantees.get(level, Resources())
+                was, now = before.get(level, Resources()), after.get(level, Resources())
+                assert now.gpus >= min(g.gpus, was.gpus), (job.job_id, level)
+                assert now.cpus + 1e-9 >= min(g.cpus, was.cpus), (job.job_id, level, "cpus")
 
 
 # Profiles that answer a waiting job's twins from its wait (`Stages.waits_alike`), and

@@ -412,6 +412,32 @@ def test_a_team_within_its_guarantee_takes_back_what_its_sibling_borrowed() -> N
     assert preempted(run("drf", snap, now=10_000.0)) == {"b2"}
 
 
+@pytest.mark.parametrize(("b_cpus", "victims"), [(64.0, 0), (32.0, 2), (0.0, 2)])
+def test_reclaim_takes_no_queue_below_its_guarantee_of_cpus(b_cpus: float, victims: int) -> None:
+    """b borrows 2 GPUs beyond its guarantee of 2, on jobs of 16 CPUs each: a takes them
+    back only where b keeps its guarantee of CPUs (64: none may go; 32: two may; none
+    set: GPUs alone count)."""
+    n = node("n", 4, cpus=128)
+    queues = (
+        QueueSpec("a", guarantee=Resources(gpus=4)),
+        QueueSpec("b", guarantee=Resources(gpus=2, cpus=b_cpus)),
+    )
+    held = [placed(f"b{i}", n, [i], cpus=16, queue="b", started_at=100.0 * i) for i in range(4)]
+    snap = snapshot([n], [pending("a1", 2, queue="a")], held, queues=queues)
+    assert len(preempted(run("drf", snap, now=10_000.0))) == victims
+
+
+@pytest.mark.parametrize(("a_cpus", "reclaims"), [(8.0, False), (16.0, True), (0.0, True)])
+def test_a_queue_reclaims_only_within_its_guarantee_of_cpus(a_cpus: float, reclaims: bool) -> None:
+    """a is guaranteed 4 GPUs, and maybe CPUs: its job of 2 GPUs and 16 CPUs reclaims
+    only if a stays within that guarantee of CPUs with it."""
+    n = node("n", 4, cpus=128)
+    queues = (QueueSpec("a", guarantee=Resources(gpus=4, cpus=a_cpus)), QueueSpec("b"))
+    held = [placed(f"b{i}", n, [i], queue="b", started_at=100.0 * i) for i in range(4)]
+    snap = snapshot([n], [pending("a1", 2, cpus=16, queue="a")], held, queues=queues)
+    assert bool(preempted(run("drf", snap, now=10_000.0))) == reclaims
+
+
 def test_young_jobs_are_protected_from_preemption() -> None:
     n = node("n", 6)
     held = [placed(f"b{i}", n, [i], queue="b", started_at=9_900.0) for i in range(6)]

@@ -178,3 +178,22 @@ def test_a_queue_over_a_lowered_max_stops_enough_or_none() -> None:
     assert not preempted(plan(snapshot([n], [urgent], running, queues=queues)))
     later = plan(snapshot([n], [urgent], running, queues=queues), now=10_300.0)
     assert len(preempted(later)) == 2
+
+
+def test_a_claimant_keeps_its_share_of_a_capped_queue_for_the_rest_of_the_plan() -> None:
+    """urgent stops low0 for its room (an 80 GB GPU), within q's max of 3: peer, of q,
+    may not take urgent's share of the max in the same plan, or urgent would be over
+    the max once low0 is gone and stop low1 too."""
+    n1 = node("n1", 1, gpu_memory_mib=81_920)
+    n2 = node("n2", 3, gpu_memory_mib=40_960)
+    queues = (QueueSpec("q", max=Resources(gpus=3)),)
+    running = [
+        at(placed("low0", n1, [0], queue="q", started_at=0.0), 0),
+        at(placed("low1", n2, [0], queue="q", started_at=0.0), 1),
+    ]
+    urgent = pending("urgent", 1, gpu_memory_mib=80_000, queue="q", priority=5)
+    result = plan(
+        snapshot([n1, n2], [urgent, pending("peer", 2, queue="q", at=1.0)], running, queues=queues)
+    )
+    assert preempted(result) == {"low0"}
+    assert "peer" not in launches(result) and result.waiting["peer"].code == "queue_max"

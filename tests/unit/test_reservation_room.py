@@ -121,3 +121,77 @@ def test_a_move_lands_on_no_reservations_gpus_or_cpus_it_would_outlast() -> None
     assert_valid(snap, plan)
     assert [a.job_id for a in plan.actions if isinstance(a, Reserve)] == ["big"]
     assert not [a for a in plan.actions if isinstance(a, Migrate)]
+
+
+@pytest.mark.parametrize("make_room", ["las", "gittins"])
+def test_a_long_jobs_failed_preemption_is_not_a_short_twins_under_a_reservation(
+    make_room: str,
+) -> None:
+    """big holds n-g1: long, of q, finds no room even with low stopped; short, alike
+    but ending first, may use n-g1 and preempts low (each job asks for itself)."""
+    spec = ProfileSpec(
+        order="fifo",
+        place="best_fit",
+        make_room=(make_room,),
+        blocking="backfill",
+        settings=Settings(reserve_after_s=0.0, min_run_s=0.0),
+    )
+    n = node("n", 2)
+    low = placed("low", n, [0], queue="q", started_at=0.0, estimate_s=20_000.0, attained_s=10_000.0)
+    waiting = [
+        pending("big", 2, queue="other", at=0.0),
+        pending("long", 2, queue="q", at=1.0, estimate_s=100_000.0),
+        pending("short", 2, queue="q", at=2.0, estimate_s=600.0),
+    ]
+    snap = snapshot([n], waiting, [low])
+    plan = build("backfill-" + make_room, spec).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert plan.waiting["short"].code == "preempting"
+
+
+@pytest.mark.parametrize(("gpus", "kind"), [(0, GUARANTEED), (1, OPPORTUNISTIC)])
+def test_what_a_short_job_takes_of_the_kept_cpus_comes_back_for_the_reservation(
+    gpus: int, kind: str
+) -> None:
+    """short (ends before big starts) takes 40 of n1's 56 free CPUs; at big's start they
+    are free again, so long (4 CPUs, outlasting it) still fits beside: 56 - 4 >= 32."""
+    n1 = node("n1", gpus=8, cpus=64)
+    running = [placed("r1", n1, [0, 1, 2, 3], cpus=8, started_at=0.0, estimate_s=20_000.0)]
+    waiting = [
+        pending("big", 8, cpus=32, at=0.0, estimate_s=3_600.0),
+        pending("short", 0, cpus=40, at=1.0, estimate_s=600.0),
+        pending("long", gpus, cpus=4, at=2.0, estimate_s=1_000_000.0, kind=kind),
+    ]
+    snap = snapshot([n1], waiting, running)
+    plan = build("backfill-now", SPEC).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert {"short", "long"} <= set(launches(plan))
+
+
+def test_a_gang_holds_only_the_free_gpus_it_counts_on_on_each_node() -> None:
+    """gang counts on 2 of n2's GPUs, 7 of which are free: the 5 others are not held,
+    and a long job of 5 GPUs starts there."""
+    n1, n2 = node("n1", 8, cpus=128), node("n2", 8, cpus=128)
+    running = [placed("r1", n2, [0], cpus=120, started_at=0.0, estimate_s=20_000.0)]
+    waiting = [
+        pending("gang", 10, cpus=100, at=0.0, estimate_s=3_600.0),
+        pending("other", 5, cpus=0, memory_mib=0, at=1.0, estimate_s=1_000_000.0),
+    ]
+    snap = snapshot([n1, n2], waiting, running, multi_node=True)
+    plan = build("backfill-now", SPEC).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert [a.node_ids for a in plan.actions if isinstance(a, Reserve)] == [("n1", "n2")]
+    assert launches(plan)["other"].shards[0].node_id == "n2"
+
+
+def test_an_elastic_job_started_smaller_is_judged_by_its_end_at_that_size() -> None:
+    """e (1 to 4 GPUs, 8,000 s on 4) fits only on big's 2 held GPUs: on 2 it would run
+    16,000 s, past big's start at 20,000 s, so it waits."""
+    n1 = node("n1", 8, cpus=64)
+    running = [placed("r1", n1, list(range(6)), cpus=8, started_at=0.0, estimate_s=20_000.0)]
+    e = dataclasses.replace(pending("e", 4, cpus=4, at=1.0, estimate_s=8_000.0), gpu_range=(1, 4))
+    big = pending("big", 8, cpus=32, at=0.0, estimate_s=3_600.0)
+    snap = snapshot([n1], [big, e], running)
+    plan = build("backfill-now", SPEC).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert "e" not in launches(plan)

@@ -45,9 +45,9 @@ def make_room(
     mine = level(job, view)
     # A job that found no victims leaves none for a job of the same request and a
     # level no better (its candidates are fewer), for the rest of the cycle: capacity
-    # only shrinks as the plan goes on. With GPUs reserved, whether a job may use them
-    # depends on its own estimate: then only the same level is known to fail.
-    memo = ("las", job.queue, job.request, mine if view.reservations else None, spare)
+    # only shrinks as the plan goes on. With a reservation standing, whether a job may
+    # use what it holds depends on the job's own end: then each job asks for itself.
+    memo = ("las", job.queue, job.request, job.job_id if view.reservations else None, spare)
     if known_to_fail(view, memo, mine):
         return None
     ranked = [v for theirs, v in _by_level(view).get(job.queue, ()) if theirs > mine]

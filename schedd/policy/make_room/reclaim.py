@@ -8,10 +8,15 @@ guarantee, at every level of the victim's lineage, and never so many that one fa
 below its own; a level the claimant's job counts in too gets its GPUs back. Among
 them, those that lose the least work (shortest run since start or last checkpoint) go
 first, and none younger than `min_run_s`.
+
+Reclaim is in GPUs. A guarantee of CPUs, memory or GPU memory (where set, above 0)
+counts too, both ways: a job reclaims only while its queue stays within each of them,
+and no victim takes a queue below any of them.
 """
 
 from __future__ import annotations
 
+import math
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -24,7 +29,7 @@ from schedd.policy.make_room.victims import (
     protection_ends,
 )
 from schedd.policy.queues import lineage
-from schedd.policy.resources import NOTHING
+from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
 
@@ -40,8 +45,26 @@ def _reclaiming(job: PendingJob, view: View) -> str | None:
     for queue in reversed(lineage(job.queue)):
         room = -_borrowed(queue, view)
         if view.queue(queue).guarantee.gpus > 0 and job.request.gpus <= room:
-            return queue
+            # Within its guarantees of CPUs, memory and GPU memory too, with the job
+            # (those it sets no guarantee of, inf, bound nothing).
+            over = _others_room(queue, view, job.request.resources())
+            if over is None or all(r <= 1e-9 or math.isinf(r) for r in over):
+                return queue
     return None
+
+
+def _others_room(level: str, view: View, more: Resources = NOTHING) -> tuple[float, ...] | None:
+    """What the level holds beyond its guarantee of CPUs, memory and GPU memory, plus
+    `more` (inf where not guaranteed); None where it guarantees none of them."""
+    g = view.queue(level).guarantee
+    if g.cpus <= 0 and g.memory_mib <= 0 and g.gpu_memory_mib <= 0:
+        return None
+    held = view.allocated.get(level, NOTHING) + more
+    return (
+        held.cpus - g.cpus if g.cpus > 0 else math.inf,
+        held.memory_mib - g.memory_mib if g.memory_mib > 0 else math.inf,
+        held.gpu_memory_mib - g.gpu_memory_mib if g.gpu_memory_mib > 0 else math.inf,
+    )
 
 
 def _inside(queue: str, parent: str) -> bool:
@@ -80,7 +103,7 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
     gives none (the usual case). A level the job counts in too (an org above both teams)
     gets the job's GPUs back, so its room grows by them."""
     gpus = job.request.gpus
-    key = ("reclaim_candidates", job.queue, reclaiming, gpus, view.generation)
+    key = ("reclaim_candidates", job.queue, reclaiming, job.request, view.generation)
     known = view.memo.get(key)
     if known is not None:
         return known  # type: ignore[return-value]
@@ -93,6 +116,16 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
             found = left[level] = _borrowed(level, view) + (gpus if level in own_lineage else 0)
         return found
 
+    # The same for the CPUs, memory and GPU memory of levels that guarantee some.
+    others_left: dict[str, tuple[float, ...] | None] = {}
+    credit = job.request.resources()
+
+    def others(level: str) -> tuple[float, ...] | None:
+        if level not in others_left:
+            more = credit if level in own_lineage else NOTHING
+            others_left[level] = _others_room(level, view, more)
+        return others_left[level]
+
     chosen: list[tuple[int, PlacedJob]] = []
     for victim_queue, (fewest, jobs) in _old_enough(view).items():
         if _inside(victim_queue, reclaiming):
@@ -103,21 +136,41 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
         limit = min(room(level) for level in levels)
         if fewest > limit:
             continue
-        given = 0
+        guarded = [(level, r) for level in levels if (r := others(level)) is not None]
+        given, given_others = 0, NOTHING
         for i, victim in jobs:
             taken = victim.request.gpus
             if given + taken > limit:
                 continue  # taking it would push a queue below its guarantee
             if view.decided(victim.job_id):
                 continue  # already stopping, or moved, in this plan
+            if guarded:
+                after = given_others + victim.request.resources()
+                if not all(_keeps(r, after) for _, r in guarded):
+                    continue  # below a guarantee of CPUs, memory or GPU memory
+                given_others = after
             given += taken
             chosen.append((i, victim))
         for level in levels:
             left[level] -= given
+        for level, r in guarded:
+            others_left[level] = (
+                r[0] - given_others.cpus,
+                r[1] - given_others.memory_mib,
+                r[2] - given_others.gpu_memory_mib,
+            )
     chosen.sort(key=itemgetter(0))
     ranked = [victim for _, victim in chosen]
     view.memo[key] = ranked
     return ranked
+
+
+def _keeps(room: tuple[float, ...], taken: Resources) -> bool:
+    return (
+        taken.cpus <= room[0] + 1e-9
+        and taken.memory_mib <= room[1]
+        and taken.gpu_memory_mib <= room[2]
+    )
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
