@@ -485,14 +485,17 @@ def _preempt(
 def _charge_if_limited(job: PendingJob, view: View) -> None:
     """A claimant's queue (and user) hold its share for the rest of the plan where a max
     or a per-user limit bounds them: a later job taking what its victims gave back of
-    the limit would leave the stops for nothing and the claimant over it. (Not where
-    nothing bounds them: the fair orders' ranks then stay as the plan found them.)"""
+    the limit would leave the stops for nothing and the claimant over it. Where nothing
+    bounds them the fair orders' ranks stay as the plan found them, and only reclaim
+    counts the share (`View.claim_share`)."""
     spec = view.queue(job.queue)
     limited = spec.user_limit_factor is not None or any(
         view.queue(level).max is not None for level in lineage(job.queue)
     )
     if limited:
         view.charge(job.queue, job.user, job.request.resources())
+    else:  # reclaim counts it still, or a second job of its queue reclaims past it
+        view.claim_share(job.queue, job.request.resources())
 
 
 def _over_limit(stages: Stages, job: PendingJob, view: View) -> Eviction | None:

@@ -88,8 +88,11 @@ def fit_on(view: View, node_id: str, job: PendingJob) -> tuple[str, ...] | str:
     gpus = usable_for(view, node_id, job)
     if len(gpus) < request.gpus:
         if len(cap.free_gpus) >= request.gpus and view.reserved:
-            holder = next(r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid)))
-            return f"with free GPUs reserved for job {holder}"
+            holder = next(
+                (r.job_id for g in cap.free_gpus if (r := view.reserved.get(g.uuid))), None
+            )
+            if holder is not None:
+                return f"with free GPUs reserved for job {holder}"
         return "with too few free GPUs"
     cpus, memory = view.room(node_id, job)
     if not enough_cpus(cpus, request.cpus) or memory < request.memory_mib:

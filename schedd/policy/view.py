@@ -67,6 +67,10 @@ class View:
     # node -> CPUs and memory this plan gave there to jobs that end before the node's
     # reservation starts (they will be free again for it).
     lent: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # queue -> what this plan's claimants (jobs that preempt, or wait for jobs on their
+    # way out) will hold there, at every level of their lineage, where it is not
+    # charged to the queue already (`charge`): reclaim counts it as held.
+    claimed: dict[str, Resources] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)  # victims chosen in this cycle
     # Jobs this plan paused, resumed, packed or moved: they keep (or take) GPUs, so
     # they are no victims nor leavers, but take no other decision this cycle.
@@ -349,6 +353,12 @@ class View:
         self.generation += 1
         for shard, part in parts:
             self._take_on(shard, part, None)
+
+    def claim_share(self, queue: str, more: Resources) -> None:
+        """A claimant of `queue` will hold `more` once its room is free: counted by
+        reclaim as its queue's (every level), not by the fair ranks or quotas."""
+        for q in lineage(queue):
+            self.claimed[q] = self.claimed.get(q, NOTHING) + more
 
     def charge(self, queue: str, user: str, more: Resources) -> None:
         """A running job's queue (and user) holds `more` from now on: it grows."""

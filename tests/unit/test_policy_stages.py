@@ -1138,11 +1138,12 @@ def test_a_converted_job_refused_by_its_users_limit_says_nothing_of_its_queue_ma
     assert "opportunistic" not in launches(plan)["b"].reason
 
 
-def test_a_converted_job_tries_again_where_a_preemption_since_gave_its_queue_room() -> None:
-    """p1 finds no room in queue a, which holds its whole guarantee; p0, a newcomer of
-    a higher Gittins index, then preempts a's runner r2. p3, made opportunistic and
-    alike to p1, is not answered from p1's no-room (the view has changed since): a is
-    now below its guarantee, and p3 takes it back from b's borrowed GPU."""
+def test_a_converted_job_counts_the_queues_claimant_before_it_reclaims() -> None:
+    """p0, a newcomer of a higher Gittins index, preempts a's runner r2 and will hold its
+    GPU: a's guarantee of 2 is then filled (r0 and p0), though r2 has left the count.
+    p1 finds no room; p3, made opportunistic and alike to p1, reclaims nothing from b's
+    borrowed GPU (before, it did, and a came to hold 3) and shares instead. With a
+    guarantee of 3 there is room for one more: p1 takes it back from b."""
     n0, n1 = node("n0", 1), node("n1", 2)
     held = [
         placed("r0", n0, [0], queue="a"),
@@ -1154,15 +1155,16 @@ def test_a_converted_job_tries_again_where_a_preemption_since_gave_its_queue_roo
         pending("p1", 1, at=1.0, user="u1", queue="a", attained_s=700.0),
         converted(pending("p3", 1, at=3.0, user="u2", queue="a", attained_s=700.0)),
     ]
-    queues = (QueueSpec("a", guarantee=Resources(gpus=2)),)
-    snap = snapshot([n0, n1], waiting, held, queues=queues, service_history=HEAVY_TAIL)
-    plan = run("default", snap, now=10_000.0)
-    assert plan.waiting["p1"].code == "no_capacity"
-    assert preempted(plan) == {"r2", "r1"}
+    for guarantee, victims in ((2, {"r2"}), (3, {"r2", "r1"})):
+        queues = (QueueSpec("a", guarantee=Resources(gpus=guarantee)),)
+        snap = snapshot([n0, n1], waiting, held, queues=queues, service_history=HEAVY_TAIL)
+        plan = run("default", snap, now=10_000.0)
+        assert preempted(plan) == victims
+        assert plan.waiting["p0"].code == "preempting"
+        assert "opportunistic" in launches(plan)["p3"].reason
+    assert plan.waiting["p1"].code == "preempting"
     reasons = {a.job_id: a.reason for a in plan.actions if isinstance(a, Preempt)}
-    assert "queue a reclaims its guarantee for job p3" in reasons["r1"]
-    kinds = {a.job_id: a.kind for a in plan.actions if isinstance(a, SetKind)}
-    assert kinds["p3"] == GUARANTEED
+    assert "queue a reclaims its guarantee for job p1" in reasons["r1"]
 
 
 @pytest.mark.parametrize("name", ["drf", "default"])

@@ -11,7 +11,7 @@ from schedd.policy import build
 from schedd.policy.actions import Migrate, Reserve
 from schedd.policy.profiles import BUILTIN, ProfileSpec
 from schedd.policy.settings import Settings
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Gpu, Node
 from tests.unit.policy_harness import assert_valid, launches, node, pending, placed, snapshot
 
 # `backfill`, reserving from the first plan (it waits a day by default).
@@ -195,3 +195,54 @@ def test_an_elastic_job_started_smaller_is_judged_by_its_end_at_that_size() -> N
     plan = build("backfill-now", SPEC).plan(snap, 10_000.0)
     assert_valid(snap, plan)
     assert "e" not in launches(plan)
+
+
+def test_a_node_with_free_gpus_too_small_for_a_job_says_so_beside_a_reservation() -> None:
+    """n2 has 4 free GPUs, 2 of them with 80 GB; a job asking for 3 of 80 GB waits
+    there "with too few free GPUs" while big holds n1 (the wait's words once looked for
+    a reservation on n2 and raised)."""
+    n1 = node("n1", gpus=8)
+    n2 = Node(
+        "n2",
+        tuple(Gpu(f"n2-g{i}", i, "A100", 81_920 if i < 2 else 40_960) for i in range(4)),
+        64,
+        512_000,
+        {},
+    )
+    running = [placed("r1", n1, [0, 1, 2, 3], started_at=0.0, estimate_s=20_000.0)]
+    waiting = [
+        pending("big", 8, at=0.0, estimate_s=3_600.0),
+        pending("mem", 3, gpu_memory_mib=80_000, at=1.0, estimate_s=1_000_000.0),
+    ]
+    snap = snapshot([n1, n2], waiting, running)
+    plan = build("backfill-now", SPEC).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert plan.waiting["mem"].code == "no_capacity"
+
+
+def test_a_newcomer_takes_no_turns_on_gpus_a_reservation_counts_on() -> None:
+    """big (4 GPUs) is held n1 from 20,000 s, when p1 and p2 end: long, outlasting that,
+    may not take turns with p1 (it would keep p1's GPUs past big's start)."""
+    spec = ProfileSpec(
+        order="fifo",
+        place="best_fit",
+        make_room=("timeslice",),
+        blocking="backfill",
+        settings=Settings(reserve_after_s=0.0, min_run_s=0.0),
+    )
+    n1 = node("n1", 8)
+    running = [
+        placed("x", n1, [0, 1, 2], started_at=0.0, estimate_s=1e7),
+        placed("y", n1, [3], started_at=0.0, estimate_s=1e7),
+        placed("p1", n1, [4, 5], started_at=0.0, estimate_s=20_000.0),
+        placed("p2", n1, [6, 7], started_at=0.0, estimate_s=20_000.0),
+    ]
+    waiting = [
+        pending("big", 4, at=0.0, estimate_s=3_600.0),
+        pending("long", 2, at=1.0, estimate_s=1e7),
+    ]
+    snap = snapshot([n1], waiting, running)
+    plan = build("backfill-timeslice", spec).plan(snap, 10_000.0)
+    assert_valid(snap, plan)
+    assert [a.job_id for a in plan.actions if isinstance(a, Reserve)] == ["big"]
+    assert "long" not in launches(plan)

@@ -39,15 +39,21 @@ def _borrowed(queue: str, view: View) -> int:
     return held - view.queue(queue).guarantee.gpus
 
 
+def _claimed(queue: str, view: View) -> Resources:
+    """What this plan's claimants of the queue will hold, not counted in it yet."""
+    return view.claimed.get(queue, NOTHING) if view.claimed else NOTHING
+
+
 def _reclaiming(job: PendingJob, view: View) -> str | None:
     """The deepest queue of the job's lineage with a guarantee that still holds the job:
     the one it reclaims for. None: no queue of its lineage is within its guarantee."""
     for queue in reversed(lineage(job.queue)):
-        room = -_borrowed(queue, view)
+        claimed = _claimed(queue, view)
+        room = -_borrowed(queue, view) - claimed.gpus
         if view.queue(queue).guarantee.gpus > 0 and job.request.gpus <= room:
             # Within its guarantees of CPUs, memory and GPU memory too, with the job
             # (those it sets no guarantee of, inf, bound nothing).
-            over = _others_room(queue, view, job.request.resources())
+            over = _others_room(queue, view, job.request.resources() + claimed)
             if over is None or all(r <= 1e-9 or math.isinf(r) for r in over):
                 return queue
     return None

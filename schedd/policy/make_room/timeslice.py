@@ -87,7 +87,12 @@ def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
         held = view.reserved.get(uuid)
         if held is not None and held.job_id != job.job_id:
             return False
-    return True
+    # A reservation on the node counts on the partner's GPUs once it ends: a newcomer
+    # outlasting the reservation's start would keep them.
+    return not any(
+        r.job_id != job.job_id and shard.node_id in r.node_ids and view.ends(job) > r.expected_start
+        for r in view.reservations.values()
+    )
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:
