@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from schedd.policy.queues import lineage
-from schedd.policy.resources import NOTHING
+from schedd.policy.resources import NOTHING, Resources
 from schedd.policy.snapshot import GUARANTEED, PACKED, SUSPENDED, PlacedJob, holds_gpus
 from schedd.policy.view import View
 
@@ -158,12 +158,19 @@ def keeps_guarantees(queue: str, paused: Iterable[PlacedJob], view: View) -> boo
     a queue keeps its total): a borrower takes no turns from a queue within its
     guarantee."""
     own = lineage(queue)
-    given: Counter[str] = Counter()
+    given: dict[str, Resources] = {}
     for job in paused:
         for level in lineage(job.queue):
             if level not in own:
-                given[level] += job.request.gpus
-    return all(
-        view.allocated.get(level, NOTHING).gpus - gpus >= view.queue(level).guarantee.gpus
-        for level, gpus in given.items()
-    )
+                given[level] = given.get(level, NOTHING) + job.request.resources()
+    for level, out in given.items():
+        g = view.queue(level).guarantee
+        left = view.allocated.get(level, NOTHING) - out
+        if left.gpus < g.gpus:
+            return False
+        # Its guarantees of CPUs, memory and GPU memory too, where it sets them.
+        if (g.cpus > 0 and left.cpus + 1e-9 < g.cpus) or 0 < g.memory_mib > left.memory_mib:
+            return False
+        if 0 < g.gpu_memory_mib > left.gpu_memory_mib:
+            return False
+    return True

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from schedd.policy import build
 from schedd.policy.actions import Launch, Plan, Resume, Suspend
 from schedd.policy.gittins import ServiceHistory
+from schedd.policy.profiles import ProfileSpec
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
 from schedd.policy.snapshot import SUSPENDED, PendingJob, PlacedJob, Request
-from tests.unit.policy_harness import launches, node, pending, placed, run, snapshot
+from tests.unit.policy_harness import assert_valid, launches, node, pending, placed, run, snapshot
 
 
 def paused(job: PlacedJob, since: float) -> PlacedJob:
@@ -287,3 +289,44 @@ def test_a_job_turned_down_for_a_guarantee_leaves_its_twin_free_to_take_turns() 
     plan = run("gandiva", snapshot([a, b], waiting, [p1], queues=queues), now=1000.0)
     assert launches(plan)["p2"].gpu_uuids == ("b-g0",)
     assert kinds(plan)[-2:] == [("Suspend", "p1"), ("Launch", "x2")]
+
+
+def test_a_paused_job_leaves_a_claimant_the_gpus_on_their_way_out_to_it() -> None:
+    """L, stopped for C (3 GPUs), is still leaving g0; S is paused on the free g1 and g2:
+    S resumed there would leave C short, so it stays paused and C waits for L."""
+    spec = ProfileSpec("fifo", "best_fit", make_room=("timeslice",), decide=("timeslice",))
+    n = node("n", 3)
+    leaver = placed("L", n, [0], state="preempting", started_at=0.0)
+    s = paused(placed("S", n, [1, 2], started_at=0.0), 0.0)
+    snap = dataclasses.replace(
+        snapshot([n], [pending("C", 3)], [leaver, s]), claimants=frozenset({"C"})
+    )
+    plan = build("fifo-timeslice", spec).plan(snap, 1000.0)
+    assert_valid(snap, plan)
+    assert kinds(plan) == [] and plan.claimants == {"C"}
+
+
+def test_a_paused_job_that_would_pause_another_leaves_the_free_gpus_to_a_claimant() -> None:
+    """S (g0 and g1) would resume in place of B on g0 and take the free g1 too, which
+    claimant C was stopped for: it does not; C starts on g1."""
+    spec = ProfileSpec("fifo", "best_fit", make_room=("timeslice",), decide=("timeslice",))
+    n = node("n", 2)
+    s = paused(placed("S", n, [0, 1]), 0.0)
+    b = turn(placed("B", n, [0], started_at=0.0), 0.0)
+    snap = dataclasses.replace(snapshot([n], [pending("C", 1)], [s, b]), claimants=frozenset({"C"}))
+    plan = build("fifo-timeslice", spec).plan(snap, 5000.0)
+    assert_valid(snap, plan)
+    assert kinds(plan) == [("Launch", "C")]
+
+
+def test_no_turns_are_taken_from_a_queue_within_its_guarantee_of_cpus() -> None:
+    """b is guaranteed 4 CPUs (no GPUs) and holds 3: a job of a, a borrower, may not
+    pause b's job (reclaim keeps b at that guarantee too)."""
+    spec = ProfileSpec("fifo", "best_fit", make_room=("timeslice",), decide=("timeslice",))
+    n = node("n", 1)
+    queues = (QueueSpec("a"), QueueSpec("b", guarantee=Resources(gpus=0, cpus=4.0)))
+    held = [placed("B", n, [0], cpus=3, queue="b", started_at=0.0)]
+    snap = snapshot([n], [pending("N", 1, cpus=1, queue="a")], held, queues=queues)
+    plan = build("fifo-timeslice", spec).plan(snap, 5000.0)
+    assert_valid(snap, plan)
+    assert kinds(plan) == []

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.admit import quota, user_limit
+from schedd.policy.make_room.victims import leaving_jobs
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.timeslice import (
     free_uuids,
@@ -48,7 +49,7 @@ def decide(view: View) -> list[Action]:
             continue
         if not _may_come_back(job, list(blockers.values()), view):
             continue
-        if not blockers and _claimed(job, view):
+        if any(u in free for u in job.gpu_uuids) and _claimed(job, view):
             continue
         for blocker in blockers.values():
             view.suspend(blocker)
@@ -88,10 +89,16 @@ def _claimed(job: PlacedJob, view: View) -> bool:
     claimants = _claimants(view)
     if not claimants:
         return False
-    node = view.capacity[job.shards[0].node_id]
-    free, size = len(node.free_gpus), len(node.node.gpus)
+    node_id = job.shards[0].node_id
+    node = view.capacity[node_id]
+    # What is free there now, and what jobs on their way out will free.
+    room = len(node.free_gpus) + sum(
+        len(s.gpu_uuids) for j in leaving_jobs(view) for s in j.shards if s.node_id == node_id
+    )
+    size = len(node.node.gpus)
     return any(
-        c.request.gpus <= free or (view.snapshot.multi_node and c.request.gpus > size)
+        (least := c.gpu_range[0] if c.gpu_range else c.request.gpus) <= room
+        or (view.snapshot.multi_node and least > size)
         for c in claimants
     )
 
