@@ -234,7 +234,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
             if admitted is not None:
                 job, refused = admitted, None
         if refused is not None and refused.code in _LIMITS and stages.over_limit:
-            over = _over_limit(stages, job, view)
+            over = _make_room(stages, job, view, stages.over_limit)
             if over is not None:
                 _preempt(job, over, view, stages, result, converted)
                 continue
@@ -509,14 +509,6 @@ def _charge_if_limited(job: PendingJob, view: View) -> None:
         view.claim_share(job.queue, job.request.resources())
 
 
-def _over_limit(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
-    for make_room in stages.over_limit:
-        eviction = make_room(job, view, stages.place)
-        if eviction is not None:
-            return eviction
-    return None
-
-
 def _unpinned(job: PendingJob, view: View) -> PendingJob:
     """A job pinned to a node (requeued to move or resize there) whose node is away or
     drained (or has lost GPUs it needs) runs wherever it fits, as any other: it resumes
@@ -660,8 +652,11 @@ def _refused(stages: Stages, job: PendingJob, view: View) -> Wait | None:
     return None
 
 
-def _make_room(stages: Stages, job: PendingJob, view: View) -> Eviction | None:
-    for make_room in stages.make_room:
+def _make_room(
+    stages: Stages, job: PendingJob, view: View, plugins: Sequence[MakeRoomFn] | None = None
+) -> Eviction | None:
+    """The first eviction the make-room plugins (or `plugins`) find for the job."""
+    for make_room in stages.make_room if plugins is None else plugins:
         eviction = make_room(job, view, stages.place)
         if eviction is not None:
             return eviction
