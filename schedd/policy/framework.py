@@ -35,13 +35,7 @@ from typing import Literal, cast
 from schedd.policy.actions import Action, Launch, Plan, Preempt, Reserve, SetKind, Suspend, Wait
 from schedd.policy.immutable import immutable
 from schedd.policy.kept import Kept
-from schedd.policy.make_room.victims import (
-    Eviction,
-    PlaceFn,
-    await_leavers,
-    hold_room,
-    leavers_suffice,
-)
+from schedd.policy.make_room.victims import Eviction, PlaceFn, await_leavers, hold_room
 from schedd.policy.place import share
 from schedd.policy.placement import (
     NoFit,
@@ -271,11 +265,6 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
                     room_for = entitled  # a reclaim takes back no more than the guarantee
         if eviction is None and not isinstance(placed, Placement):
             eviction = _make_room(stages, room_for, view)
-            if eviction is None and claiming and leavers_suffice(room_for, view, stages.place):
-                # Its stops are on their way out: it waits for them, whatever the
-                # plugins would decide now (its queue may have filled its guarantee
-                # since), or the stops were for nothing.
-                eviction = Eviction((), "")
         if eviction is not None and eviction.launch_on is not None:  # time-slicing
             job = room_for
             for victim in eviction.victims:

@@ -1179,27 +1179,3 @@ def test_two_jobs_reclaiming_for_one_queue_never_take_one_victim(name: str) -> N
     assert preempted(plan) == {"b0", "b1"}
     named = {j: plan.waiting[j].reason.rsplit(": ", 1)[1] for j in ("a1", "a2")}
     assert sorted(named.values()) == ["b0", "b1"]
-
-
-def test_a_claimant_waits_for_its_stops_whatever_reclaim_would_say_now() -> None:
-    """C reclaimed a's guarantee by stopping V; R, of a too, started on free GPUs. Next
-    plan, R fills a's guarantee, so reclaim would no longer act for C: C still waits
-    for V's GPUs as a claimant (before, it dropped its claim, and V came back on them)."""
-    n0, n1 = node("n0", 2), node("n1", 1)
-    queues = (QueueSpec("a", guarantee=Resources(gpus=2)), QueueSpec("b"))
-    v = placed("V", n0, [0, 1], queue="b", started_at=0.0)
-    c, r, d = (
-        pending("C", 2, queue="a"),
-        pending("R", 1, at=1.0, queue="a"),
-        pending("D", 1, at=2.0, queue="b"),
-    )
-    first = run("drf", snapshot([n0, n1], [c, r, d], [v], queues=queues), now=1000.0)
-    assert preempted(first) == {"V"} and "R" in launches(first)
-    r_runs = placed("R", n1, [0], queue="a", started_at=1000.0)
-    leaving = dataclasses.replace(v, state="preempting")
-    snap = dataclasses.replace(
-        snapshot([n0, n1], [c, d], [leaving, r_runs], queues=queues),
-        claimants=frozenset(first.claimants),
-    )
-    second = run("drf", snap, now=1010.0)
-    assert second.claimants == {"C"} and second.waiting["C"].code == "preempting"

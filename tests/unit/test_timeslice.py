@@ -291,21 +291,6 @@ def test_a_job_turned_down_for_a_guarantee_leaves_its_twin_free_to_take_turns() 
     assert kinds(plan)[-2:] == [("Suspend", "p1"), ("Launch", "x2")]
 
 
-def test_a_paused_job_leaves_a_claimant_the_gpus_on_their_way_out_to_it() -> None:
-    """L, stopped for C (3 GPUs), is still leaving g0; S is paused on the free g1 and g2:
-    S resumed there would leave C short, so it stays paused and C waits for L."""
-    spec = ProfileSpec("fifo", "best_fit", make_room=("timeslice",), decide=("timeslice",))
-    n = node("n", 3)
-    leaver = placed("L", n, [0], state="preempting", started_at=0.0)
-    s = paused(placed("S", n, [1, 2], started_at=0.0), 0.0)
-    snap = dataclasses.replace(
-        snapshot([n], [pending("C", 3)], [leaver, s]), claimants=frozenset({"C"})
-    )
-    plan = build("fifo-timeslice", spec).plan(snap, 1000.0)
-    assert_valid(snap, plan)
-    assert kinds(plan) == [] and plan.claimants == {"C"}
-
-
 def test_a_paused_job_that_would_pause_another_leaves_the_free_gpus_to_a_claimant() -> None:
     """S (g0 and g1) would resume in place of B on g0 and take the free g1 too, which
     claimant C was stopped for: it does not; C starts on g1."""

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from schedd.policy.actions import Action, Resume, Suspend
 from schedd.policy.admit import quota, user_limit
-from schedd.policy.make_room.victims import leaving_jobs
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.timeslice import (
     free_uuids,
@@ -89,16 +88,13 @@ def _claimed(job: PlacedJob, view: View) -> bool:
     claimants = _claimants(view)
     if not claimants:
         return False
-    node_id = job.shards[0].node_id
-    node = view.capacity[node_id]
-    # What is free there now, and what jobs on their way out will free.
-    room = len(node.free_gpus) + sum(
-        len(s.gpu_uuids) for j in leaving_jobs(view) for s in j.shards if s.node_id == node_id
-    )
-    size = len(node.node.gpus)
+    # Free GPUs only: whose stops the jobs on their way out were is not known, and an
+    # unrelated leaver would keep the job paused for nothing. A claimant's room is held
+    # at its full count.
+    node = view.capacity[job.shards[0].node_id]
+    free, size = len(node.free_gpus), len(node.node.gpus)
     return any(
-        (least := c.gpu_range[0] if c.gpu_range else c.request.gpus) <= room
-        or (view.snapshot.multi_node and least > size)
+        c.request.gpus <= free or (view.snapshot.multi_node and c.request.gpus > size)
         for c in claimants
     )
 

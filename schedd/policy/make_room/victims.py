@@ -99,12 +99,6 @@ def leaving_jobs(view: View) -> list[PlacedJob]:
     return known  # type: ignore[return-value]
 
 
-def leavers_suffice(job: PendingJob, view: View, place: PlaceFn) -> bool:
-    """Whether the jobs on their way out free room enough for `job`."""
-    leaving = leaving_jobs(view)
-    return bool(leaving) and isinstance(_place_without(job, view, leaving, place), Placement)
-
-
 def await_leavers(job: PendingJob, view: View, place: PlaceFn) -> Wait:
     """`job` waits for jobs on their way out (`fewest_victims` found their GPUs enough):
     the room it will run in is held for it (`hold_room`)."""
