@@ -85,25 +85,13 @@ def target(
     request = dataclasses.replace(job.request, node_id=None)
     need = request.gpus
     best: tuple[int, str, tuple[Shard, ...]] | None = None
-    ends = view.now + view.remaining(job)
     for bucket in view.by_free[need:]:
         for node_id in bucket:
             if node_id in avoid:
                 continue
             cap = view.capacity[node_id]
             spoken = taken.gpus.get(node_id, set()) if taken else set()
-            free = [
-                g
-                for g in cap.free_gpus
-                if g.uuid not in spoken
-                and (
-                    (r := view.reserved.get(g.uuid)) is None
-                    or r.job_id == job.job_id
-                    or ends <= r.expected_start
-                )
-            ]
-            if request.gpu_memory_mib is not None:
-                free = [g for g in free if g.memory_mib >= request.gpu_memory_mib]
+            free = [g for g in usable_for(view, node_id, job) if g.uuid not in spoken]
             if len(free) < need or node_can_ever_fit(cap.node, request) is not None:
                 continue
             cpus, memory = taken.used.get(node_id, (0.0, 0)) if taken else (0.0, 0)

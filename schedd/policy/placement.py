@@ -128,8 +128,9 @@ def unshared_first(view: View, node_id: str) -> Callable[[Gpu], tuple[bool, int]
 _BY_INDEX = attrgetter("index")
 
 
-def usable_for(view: View, node_id: str, job: PendingJob) -> list[Gpu]:
-    """The node's free GPUs this job may take: not reserved for another, big enough."""
+def usable_for(view: View, node_id: str, job: PendingJob | PlacedJob) -> list[Gpu]:
+    """The node's free GPUs this job may take (to start, or to move to): not reserved
+    for another, big enough."""
     gpus = view.usable_gpus(node_id, job)
     if job.request.gpu_memory_mib is not None:
         gpus = [g for g in gpus if g.memory_mib >= job.request.gpu_memory_mib]

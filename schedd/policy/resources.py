@@ -56,6 +56,31 @@ class Resources:
             return f"{gpu_memory_mib} MiB of GPU memory > {limit.gpu_memory_mib} MiB"
         return None
 
+    def keeps(self, guarantee: Resources, gpus: bool = True) -> bool:
+        """Whether holding this leaves a queue at or above `guarantee`: in GPUs (unless
+        not `gpus`), and in CPUs, memory and GPU memory where it sets them (above 0)."""
+        g = guarantee
+        return (
+            (not gpus or self.gpus >= g.gpus)
+            and (g.cpus <= 0 or self.cpus + 1e-9 >= g.cpus)
+            and (g.memory_mib <= 0 or self.memory_mib >= g.memory_mib)
+            and (g.gpu_memory_mib <= 0 or self.gpu_memory_mib >= g.gpu_memory_mib)
+        )
+
+    def within_others(self, guarantee: Resources) -> bool:
+        """Whether this stays within `guarantee` in the CPUs, memory and GPU memory it
+        sets (above 0); GPUs are not looked at."""
+        g = guarantee
+        return (
+            (g.cpus <= 0 or self.cpus <= g.cpus + 1e-9)
+            and (g.memory_mib <= 0 or self.memory_mib <= g.memory_mib)
+            and (g.gpu_memory_mib <= 0 or self.gpu_memory_mib <= g.gpu_memory_mib)
+        )
+
+    def sets_others(self) -> bool:
+        """Whether, as a guarantee, it sets any CPUs, memory or GPU memory."""
+        return self.cpus > 0 or self.memory_mib > 0 or self.gpu_memory_mib > 0
+
     def dominant_share(self, total: Resources) -> float:
         """DRF's dominant share: the largest fraction of the cluster's GPUs, CPUs or
         memory. Not of its GPU memory: a job holds its GPUs whole, and one that says what

@@ -154,23 +154,16 @@ def packed_sets(view: View) -> frozenset[tuple[str, ...]]:
 
 def keeps_guarantees(queue: str, paused: Iterable[PlacedJob], view: View) -> bool:
     """Whether pausing `paused` for a job of `queue` leaves every queue of their
-    lineages at or above its guarantee, but those the job counts in too (a turn inside
-    a queue keeps its total): a borrower takes no turns from a queue within its
-    guarantee."""
+    lineages at or above its guarantee (of CPUs, memory and GPU memory too, where set),
+    but those the job counts in too (a turn inside a queue keeps its total): a borrower
+    takes no turns from a queue within its guarantee."""
     own = lineage(queue)
     given: dict[str, Resources] = {}
     for job in paused:
         for level in lineage(job.queue):
             if level not in own:
                 given[level] = given.get(level, NOTHING) + job.request.resources()
-    for level, out in given.items():
-        g = view.queue(level).guarantee
-        left = view.allocated.get(level, NOTHING) - out
-        if left.gpus < g.gpus:
-            return False
-        # Its guarantees of CPUs, memory and GPU memory too, where it sets them.
-        if (g.cpus > 0 and left.cpus + 1e-9 < g.cpus) or 0 < g.memory_mib > left.memory_mib:
-            return False
-        if 0 < g.gpu_memory_mib > left.gpu_memory_mib:
-            return False
-    return True
+    return all(
+        (view.allocated.get(level, NOTHING) - out).keeps(view.queue(level).guarantee)
+        for level, out in given.items()
+    )

@@ -179,19 +179,17 @@ class View:
         """When the job's current attempt started (now, if it has not yet)."""
         return job.started_at if job.started_at is not None else self.now
 
-    def usable_gpus(self, node_id: str, job: PendingJob) -> list[Gpu]:
+    def may_use(self, reservation: Reservation, job: PendingJob | PlacedJob) -> bool:
+        """Whether the job may take what the reservation holds: it is the job it holds
+        them for, or it ends before the reservation's start."""
+        return reservation.job_id == job.job_id or self.ends(job) <= reservation.expected_start
+
+    def usable_gpus(self, node_id: str, job: PendingJob | PlacedJob) -> list[Gpu]:
         """Free GPUs on the node this job may take: reserved ones only if it ends in time."""
         free = self.capacity[node_id].free_gpus
         if not self.reserved:
             return free
-        ends = self.ends(job)
-        return [
-            g
-            for g in free
-            if (r := self.reserved.get(g.uuid)) is None
-            or r.job_id == job.job_id
-            or ends <= r.expected_start
-        ]
+        return [g for g in free if (r := self.reserved.get(g.uuid)) is None or self.may_use(r, job)]
 
     def on_gpus_out(self, job: PendingJob | PlacedJob) -> bool:
         """Whether the job's GPUs include one out of placement (`Node.out`): nothing may
@@ -254,7 +252,7 @@ class View:
         kept = self.reserved_room.get(node_id) if self.reserved_room else None
         if kept is None or kept[0].job_id == job.job_id:
             return
-        if self.ends(job) <= kept[0].expected_start:
+        if self.may_use(kept[0], job):
             cpus, memory = self.lent.get(node_id, (0.0, 0))
             self.lent[node_id] = (cpus + part.cpus, memory + part.memory_mib)
 
@@ -380,12 +378,14 @@ class View:
         self.generation += 1
         self.reservations[reservation.job_id] = reservation
         request = reservation.request
+        # What it asks, where it asks for GPUs (None: hold the free GPUs alone).
+        asks = request if request is not None and request.gpus > 0 else None
         for i, node_id in enumerate(reservation.node_ids):
             cap = self.capacity[node_id]
-            # The free GPUs it counts on here, no more (all where it says nothing).
+            # The GPUs it counts on here (all free ones where it says nothing).
             wanted = len(cap.free_gpus)
-            if request is not None and request.gpus > 0:
-                wanted = reservation.gpus_on[i] if reservation.gpus_on else request.gpus
+            if asks is not None:
+                wanted = reservation.gpus_on[i] if reservation.gpus_on else asks.gpus
             least = request.gpu_memory_mib if request is not None else None
             held = 0
             for g in cap.free_gpus:
@@ -395,16 +395,15 @@ class View:
                     continue  # too small for it: not held
                 if self.reserved.setdefault(g.uuid, reservation) is reservation:
                     held += 1
-            if request is None or node_id in self.reserved_room or request.gpus <= 0:
+            if asks is None or node_id in self.reserved_room:
                 continue
             # Its share of the CPUs and memory for the GPUs it counts on here, of what
             # is free now: what frees before its start may cover part of it, but a job
             # that outlasts the start taking it would leave the reservation short for
             # good.
-            gpus = reservation.gpus_on[i] if reservation.gpus_on else request.gpus
-            share = gpus / request.gpus
-            cpus = min(request.cpus * share, max(cap.cpus, 0.0))
-            memory = min(int(request.memory_mib * share), max(cap.memory_mib, 0))
+            share = wanted / asks.gpus
+            cpus = min(asks.cpus * share, max(cap.cpus, 0.0))
+            memory = min(int(asks.memory_mib * share), max(cap.memory_mib, 0))
             if cpus > 0 or memory > 0:
                 self.reserved_room[node_id] = (reservation, cpus, memory)
 
@@ -417,7 +416,7 @@ class View:
         if kept is None:
             return cap.cpus, cap.memory_mib
         reservation, cpus, memory = kept
-        if reservation.job_id == job.job_id or self.ends(job) <= reservation.expected_start:
+        if self.may_use(reservation, job):
             return cap.cpus, cap.memory_mib
         # What jobs that end before its start took of the free CPUs and memory will be
         # free again by then: it is kept of the rest. Never below nothing: a job that

@@ -16,7 +16,6 @@ and no victim takes a queue below any of them.
 
 from __future__ import annotations
 
-import math
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -50,27 +49,13 @@ def _reclaiming(job: PendingJob, view: View) -> str | None:
     for queue in reversed(lineage(job.queue)):
         claimed = _claimed(queue, view)
         room = -_borrowed(queue, view) - claimed.gpus
-        if view.queue(queue).guarantee.gpus > 0 and job.request.gpus <= room:
-            # Within its guarantees of CPUs, memory and GPU memory too, with the job
-            # (those it sets no guarantee of, inf, bound nothing).
-            over = _others_room(queue, view, job.request.resources() + claimed)
-            if over is None or all(r <= 1e-9 or math.isinf(r) for r in over):
+        guarantee = view.queue(queue).guarantee
+        if guarantee.gpus > 0 and job.request.gpus <= room:
+            # Within its guarantees of CPUs, memory and GPU memory too, with the job.
+            held = view.allocated.get(queue, NOTHING) + claimed + job.request.resources()
+            if held.within_others(guarantee):
                 return queue
     return None
-
-
-def _others_room(level: str, view: View, more: Resources = NOTHING) -> tuple[float, ...] | None:
-    """What the level holds beyond its guarantee of CPUs, memory and GPU memory, plus
-    `more` (inf where not guaranteed); None where it guarantees none of them."""
-    g = view.queue(level).guarantee
-    if g.cpus <= 0 and g.memory_mib <= 0 and g.gpu_memory_mib <= 0:
-        return None
-    held = view.allocated.get(level, NOTHING) + more
-    return (
-        held.cpus - g.cpus if g.cpus > 0 else math.inf,
-        held.memory_mib - g.memory_mib if g.memory_mib > 0 else math.inf,
-        held.gpu_memory_mib - g.gpu_memory_mib if g.gpu_memory_mib > 0 else math.inf,
-    )
 
 
 def _inside(queue: str, parent: str) -> bool:
@@ -122,15 +107,17 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
             found = left[level] = _borrowed(level, view) + (gpus if level in own_lineage else 0)
         return found
 
-    # The same for the CPUs, memory and GPU memory of levels that guarantee some.
-    others_left: dict[str, tuple[float, ...] | None] = {}
+    # What each level that guarantees CPUs, memory or GPU memory holds (with the job
+    # where it counts in too), less the victims chosen so far: it must keep them.
+    holds: dict[str, Resources] = {}
     credit = job.request.resources()
 
-    def others(level: str) -> tuple[float, ...] | None:
-        if level not in others_left:
+    def held(level: str) -> Resources:
+        found = holds.get(level)
+        if found is None:
             more = credit if level in own_lineage else NOTHING
-            others_left[level] = _others_room(level, view, more)
-        return others_left[level]
+            found = holds[level] = view.allocated.get(level, NOTHING) + more
+        return found
 
     chosen: list[tuple[int, PlacedJob]] = []
     for victim_queue, (fewest, jobs) in _old_enough(view).items():
@@ -142,7 +129,7 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
         limit = min(room(level) for level in levels)
         if fewest > limit:
             continue
-        guarded = [(level, r) for level in levels if (r := others(level)) is not None]
+        guarded = [lv for lv in levels if view.queue(lv).guarantee.sets_others()]
         given, given_others = 0, NOTHING
         for i, victim in jobs:
             taken = victim.request.gpus
@@ -152,31 +139,21 @@ def _candidates(job: PendingJob, reclaiming: str, view: View) -> list[PlacedJob]
                 continue  # already stopping, or moved, in this plan
             if guarded:
                 after = given_others + victim.request.resources()
-                if not all(_keeps(r, after) for _, r in guarded):
+                if not all(
+                    (held(lv) - after).keeps(view.queue(lv).guarantee, gpus=False) for lv in guarded
+                ):
                     continue  # below a guarantee of CPUs, memory or GPU memory
                 given_others = after
             given += taken
             chosen.append((i, victim))
         for level in levels:
             left[level] -= given
-        for level, r in guarded:
-            others_left[level] = (
-                r[0] - given_others.cpus,
-                r[1] - given_others.memory_mib,
-                r[2] - given_others.gpu_memory_mib,
-            )
+        for level in guarded:
+            holds[level] = held(level) - given_others
     chosen.sort(key=itemgetter(0))
     ranked = [victim for _, victim in chosen]
     view.memo[key] = ranked
     return ranked
-
-
-def _keeps(room: tuple[float, ...], taken: Resources) -> bool:
-    return (
-        taken.cpus <= room[0] + 1e-9
-        and taken.memory_mib <= room[1]
-        and taken.gpu_memory_mib <= room[2]
-    )
 
 
 def make_room(job: PendingJob, view: View, place: PlaceFn) -> Eviction | None:

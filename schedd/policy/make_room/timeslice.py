@@ -89,9 +89,8 @@ def _fits_beside(job: PendingJob, partner: PlacedJob, view: View) -> bool:
             return False
     # A reservation on the node counts on the partner's GPUs once it ends: a newcomer
     # outlasting the reservation's start would keep them.
-    return not any(
-        r.job_id != job.job_id and shard.node_id in r.node_ids and view.ends(job) > r.expected_start
-        for r in view.reservations.values()
+    return all(
+        shard.node_id not in r.node_ids or view.may_use(r, job) for r in view.reservations.values()
     )
 
 
