@@ -21,7 +21,8 @@ Output, on stdout, one JSON object a line:
 - `{"event": "oom", ...}` for a step that ran out of GPU memory (the job goes on, up to
   `--max-oom` of them);
 - `{"event": "summary", ...}` at the end: steps/s, mean and median step time, time in
-  the step body and in the shim's boundary, the most memory PyTorch reserved.
+  the step body and in the shim's boundary, the most memory PyTorch reserved, the
+  process's peak host memory.
 
 The figures leave out the first `--warmup` steps. The job stops after `--steps` steps,
 after `--seconds` seconds, or on SIGTERM/SIGINT, and prints the summary each time.
@@ -40,6 +41,7 @@ import importlib.util
 import json
 import math
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -317,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         oom_steps=ooms,
         max_memory_reserved_mib=torch.cuda.max_memory_reserved() // MIB if cuda else None,
         max_memory_allocated_mib=torch.cuda.max_memory_allocated() // MIB if cuda else None,
+        # Host memory: on Linux ru_maxrss is in KiB.
+        max_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
     )
     return EXIT_OOM if stopped_by == "oom" else 0
 
