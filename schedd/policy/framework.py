@@ -94,8 +94,9 @@ class Stages:
     recheck: tuple[RecheckFn, ...] = ()
     decide: tuple[DecideFn, ...] = ()
     anticipate: tuple[AnticipateFn, ...] = ()
-    # When the decide plugins could act with no event, whether or not jobs wait.
-    decide_recheck: tuple[RecheckFn, ...] = ()
+    # When the plugins that act whether or not jobs wait (decide plugins; moves that
+    # gather, relieve or grow) could act with no event.
+    recheck_always: tuple[RecheckFn, ...] = ()
     # Set where a job that waits tells how every later job of its queue, user, request
     # and GPU range waits until the view changes, if their rank is no better: each
     # make-room plugin finds victims only among jobs ranked below the waiting one, by
@@ -313,7 +314,7 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     rechecks = list(stages.recheck) if result.waiting else []
     if any(w.code == NO_SHAREABLE_GPU for w in result.waiting.values()):
         rechecks.append(share.recheck_at)
-    rechecks += stages.decide_recheck  # they may act with no job pending
+    rechecks += stages.recheck_always  # they may act with no job pending
     if rechecks:
         result.defer_recheck(lambda: _earliest(rechecks, view))
     return result

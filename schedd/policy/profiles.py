@@ -90,10 +90,19 @@ ANTICIPATES: dict[str, AnticipateFn] = {
     "shrink": shrink.anticipate,
     "grow": grow.anticipate,
 }
-# For each anticipate plugin, when it could act with no event (Plan.recheck_at).
+# For each anticipate plugin that acts for waiting jobs, when it could act with no event
+# (Plan.recheck_at), asked while jobs wait.
 ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {
     "prefetch": prefetch.recheck_at,
     "opportunistic": opportunistic.recheck_at,
+    "defragment": defragment.recheck_at,
+    "shrink": shrink.recheck_at,
+}
+# For each anticipate plugin that acts whether or not jobs wait, the same, asked always.
+ANTICIPATE_RECHECKS_ALWAYS: dict[str, RecheckFn] = {
+    "gather": gather.recheck_at,
+    "relieve": relieve.recheck_at,
+    "grow": grow.recheck_at,
 }
 ADMITS: dict[str, AdmitFn] = {"quota": quota.admit, "user_limit": user_limit.admit}
 PLACES: dict[str, PlaceFn] = {
@@ -191,7 +200,12 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         + tuple(ANTICIPATE_RECHECKS[a] for a in spec.anticipate if a in ANTICIPATE_RECHECKS),
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
-        decide_recheck=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS),
+        recheck_always=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS)
+        + tuple(
+            ANTICIPATE_RECHECKS_ALWAYS[a]
+            for a in spec.anticipate
+            if a in ANTICIPATE_RECHECKS_ALWAYS
+        ),
         waits_alike=_waits_alike(spec.make_room),
         over_limit=tuple(OVER_LIMITS[m] for m in spec.make_room if m in OVER_LIMITS),
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_until
-from tests.e2e.test_job_controls import ROOT, reasons, step_of
+from tests.e2e.test_job_controls import ROOT, events_with, reasons, step_of
 from tests.e2e.test_migration import GANDIVA, TRAIN
 
 pytestmark = pytest.mark.e2e
@@ -28,6 +28,13 @@ ELASTIC_S = 3600.0  # the elastic job's estimated run time on all its GPUs
 # Steps take 50 ms at least: a job this many steps in has run for `min_run_s` (1 s).
 RAN_A_WHILE = 40
 WAIT_S = 120  # any one step of the scenario, on a loaded 2-core machine
+# Long enough that the other job surely ends before the elastic job comes of age.
+OF_AGE_S = 30
+GANDIVA_OF_AGE = f"""
+policy = "gandiva"
+[profiles.gandiva.settings]
+min_run_s = {OF_AGE_S}
+"""
 
 
 def at(event: dict[str, Any]) -> datetime:
@@ -37,8 +44,8 @@ def at(event: dict[str, Any]) -> datetime:
 class Scenario:
     """schedd under `gandiva`, one agent with two GPUs, and alice's training jobs."""
 
-    def __init__(self, cluster: Cluster) -> None:
-        cluster.extra_schedd_config = GANDIVA
+    def __init__(self, cluster: Cluster, config: str = GANDIVA) -> None:
+        cluster.extra_schedd_config = config
         cluster.start_schedd()
         cluster.start_agent("node-a", gpus=2)
         self.cluster = cluster
@@ -196,3 +203,34 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_and_grows_back(cluster: Cluste
     elastic_stop.touch()
     s.succeeds(elastic)
     assert s.job(elastic)["attempt"] == 3
+
+
+def test_a_young_elastic_job_grows_when_it_comes_of_age_with_no_event(cluster: Cluster) -> None:
+    """Gandiva's introspective mode: the other job ends while the elastic job is still
+    younger than `min_run_s`, so the plan at that event may not resize it. Nothing
+    happens after that; the scheduler plans again when the job comes of age (the plan's
+    recheck time), and the job grows then."""
+    s = Scenario(cluster, GANDIVA_OF_AGE)
+    other_stop, elastic_stop = cluster.root / "other-done", cluster.root / "elastic-done"
+    other = s.train(other_stop, gpus=1)
+    s.running(other)
+    elastic = s.elastic(elastic_stop)
+    job = s.running(elastic)
+    assert job["gpus"] == 1, job
+    started = next(at(e) for e in job["events"] if e["to"] == "running")
+
+    other_stop.touch()
+    s.succeeds(other)
+    ended = next(at(e) for e in s.job(other)["events"] if e["to"] == "succeeded")
+    assert (ended - started).total_seconds() < OF_AGE_S, (started, ended)  # still young
+
+    def grow_asked() -> dict[str, Any] | None:
+        found = events_with(cluster, s.alice, elastic, "resize from 1 to 2 GPUs")
+        return found[0] if found else None
+
+    asked = wait_until(grow_asked, OF_AGE_S + WAIT_S, "the grow, asked with no event")
+    assert "grows into 1 idle GPU(s) on its node" in asked["reason"], asked
+    assert (at(asked) - started).total_seconds() >= OF_AGE_S, (started, asked["at"])
+    s.resumed(elastic, attempt=2, gpus=2, was=1)
+    elastic_stop.touch()
+    s.succeeds(elastic)

@@ -11,7 +11,8 @@ best elsewhere. The cheapest such set wins if the
 job's GPUs x its expected wait (until enough GPUs free up by the running jobs'
 estimates; `default_estimate_s` if none can be foreseen) exceed the moved GPUs x
 `migrate_cost_s`. The movers hold their new GPUs from now; the waiting job starts when
-they have left.
+they have left. While jobs wait, a running job too young to move is looked at again
+when it comes of age (`recheck_at`).
 """
 
 from __future__ import annotations
@@ -101,3 +102,12 @@ def _moves_off(node_id: str, missing: int, view: View, promised: set[str]) -> Mo
 
 def _size_then_id(job: PlacedJob) -> tuple[int, str]:
     return (job.request.gpus, job.job_id)
+
+
+def recheck_at(view: View) -> float | None:
+    """While jobs wait (the plan asks only then) and as many GPUs as one of them needs
+    are free: when a job on one node that was too young to move comes of age."""
+    free = view.free_gpu_count()
+    if not any(0 < j.request.gpus <= free for j in view.snapshot.pending):
+        return None
+    return migration.comes_of_age(view, lambda j: len(j.shards) == 1)

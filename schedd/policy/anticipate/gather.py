@@ -2,22 +2,23 @@
 one node that now has its GPUs free, if the speed it gains over what it has left
 (`spread_speed` of full speed when spread, by assumption) is worth more than the move
 costs it (`migrate_cost_s`). At most `migrate_jobs` moves a cycle, those with the most
-work left first. Only a shell that runs jobs across nodes has such jobs."""
+work left first. Only a shell that runs jobs across nodes has such jobs. A spread job
+too young to move is looked at again when it comes of age (`recheck_at`), whether or
+not jobs wait."""
 
 from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
 from schedd.policy.placement import needs_spreading
+from schedd.policy.snapshot import PlacedJob
 from schedd.policy.view import View
 
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
     if not view.snapshot.multi_node:
         return []
-    spread = migration.most_work_left(
-        view, lambda j: len(j.shards) > 1 and not needs_spreading(j, view)
-    )
+    spread = migration.most_work_left(view, lambda j: _gatherable(j, view))
     settings = view.settings
     actions: list[Action] = []
     for job in spread:
@@ -33,3 +34,21 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         reason = f"onto one node from {nodes}: about {gain / 60:.0f} min of its run to gain"
         actions.append(migration.move(job, shards, view, reason))
     return actions
+
+
+def recheck_at(view: View) -> float | None:
+    """When a spread job that was too young to gather comes of age, if its gain would
+    still be worth the move."""
+    if not view.snapshot.multi_node:
+        return None
+    settings = view.settings
+
+    def worth(job: PlacedJob) -> bool:
+        gain = view.remaining(job) * (1.0 - settings.spread_speed)
+        return _gatherable(job, view) and gain > settings.migrate_cost_s
+
+    return migration.comes_of_age(view, worth)
+
+
+def _gatherable(job: PlacedJob, view: View) -> bool:
+    return len(job.shards) > 1 and not needs_spreading(job, view)

@@ -8,6 +8,8 @@ asks on each), if the time it saves (its remaining run time less that time x old
 GPUs: the work is assumed to scale linearly) exceeds `migrate_cost_s`, the cost of the
 restart from its checkpoint. At most `migrate_jobs` a cycle, most work left first. The
 plan says `Resize` with the job's GPUs and the new ones; it holds the new ones at once.
+An elastic job too young to grow is looked at again when it comes of age
+(`recheck_at`), whether or not jobs wait.
 """
 
 from __future__ import annotations
@@ -28,12 +30,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         return []  # idle GPUs are for the jobs that wait, not for growing
     if not view.free_gpu_count():
         return []
-    elastic = migration.most_work_left(
-        view,
-        lambda j: (
-            j.gpu_range is not None and j.request.gpus < j.gpu_range[1] and len(j.shards) == 1
-        ),
-    )
+    elastic = migration.most_work_left(view, _may_grow)
     settings = view.settings
     promised = migration.promised(view)  # the plan's set: moves below add to it
     actions: list[Action] = []
@@ -69,6 +66,25 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
             )
         )
     return actions
+
+
+def recheck_at(view: View) -> float | None:
+    """While GPUs are free: when an elastic job below the most of its range, with free
+    GPUs on its node, that was too young to grow comes of age."""
+    if not view.free_gpu_count():
+        return None
+
+    def idle_beside(job: PlacedJob) -> bool:
+        cap = view.capacity.get(job.shards[0].node_id)  # None: the node is away
+        return _may_grow(job) and cap is not None and bool(cap.free_gpus)
+
+    return migration.comes_of_age(view, idle_beside)
+
+
+def _may_grow(job: PlacedJob) -> bool:
+    return (
+        job.gpu_range is not None and job.request.gpus < job.gpu_range[1] and len(job.shards) == 1
+    )
 
 
 def _more(job: PlacedJob, gpus: int) -> Resources:

@@ -6,7 +6,8 @@ After the cycle's decisions, for each suspended job (the one paused longest firs
 most `migrate_jobs` moves), the one running job on its GPUs moves to free GPUs of its
 size (best fit) if the time the pair would otherwise share (the shorter of the two
 remaining run times) exceeds the move's cost, `migrate_cost_s`. The suspended job
-resumes once its partner has left (`decide.timeslice`: its GPUs are free then).
+resumes once its partner has left (`decide.timeslice`: its GPUs are free then). A
+partner too young to move is looked at again when it comes of age (`recheck_at`).
 """
 
 from __future__ import annotations
@@ -44,3 +45,14 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
         )
         actions.append(migration.move(partner, shards, view, reason))
     return actions
+
+
+def recheck_at(view: View) -> float | None:
+    """While GPUs are free and jobs are suspended: when the running partner of one, too
+    young to move, comes of age."""
+    waiting = suspended_jobs(view)
+    if not waiting or not view.free_gpu_count():
+        return None
+    holder = holders(view)
+    partners = {p.job_id for job in waiting if (p := sole_holder(job, holder)) is not None}
+    return migration.comes_of_age(view, lambda j: j.job_id in partners, alone=False)

@@ -8,6 +8,8 @@ those with the most to give first, until the GPUs missing there are covered; the
 whose shrinks restart the fewest GPUs wins if the waiting job's GPUs x its expected wait
 exceed those GPUs x `migrate_cost_s`. Each shrunk job keeps the first of its GPUs and
 restarts on them from its checkpoint (`Resize`); the waiting job starts once they have.
+While jobs wait, an elastic job too young to shrink is looked at again when it comes
+of age (`recheck_at`).
 """
 
 from __future__ import annotations
@@ -66,15 +68,24 @@ def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shr
     return None if best is None else (best[1], best[2])
 
 
+def recheck_at(view: View) -> float | None:
+    """While jobs wait (the plan asks only then): when an elastic job that could give
+    GPUs back but was too young to comes of age."""
+    return migration.comes_of_age(view, _can_give)
+
+
+def _can_give(job: PlacedJob) -> bool:
+    return (
+        job.gpu_range is not None and len(job.shards) == 1 and job.request.gpus > job.gpu_range[0]
+    )
+
+
 def _shrinks_on(node_id: str, missing: int, view: View) -> Shrinks | None:
     elastic = sorted(
         (
             j
             for j in migration.placed_on(view).get(node_id, [])
-            if j.gpu_range is not None
-            and len(j.shards) == 1
-            and j.request.gpus > j.gpu_range[0]
-            and migration.movable(j, view)
+            if _can_give(j) and migration.movable(j, view)
         ),
         key=lambda j: (-(j.request.gpus - j.gpu_range[0]), j.job_id),  # type: ignore[index]
     )
