@@ -5,7 +5,9 @@ restarts is told the upgrade again."""
 
 from __future__ import annotations
 
+import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,34 @@ share_below_pct = 90
 """
 PAUSE = "0.1"  # seconds between steps: the guaranteed job keeps its GPU little used
 STEERED = "limits: coordinator on GPU"
+FULL_SHARE = 100  # agentd.coordinator: a job's whole compute
+
+
+def throttled(cluster: Cluster, token: str, job_id: str) -> None:
+    """The agent's coordinator gave the job less than the whole GPU's compute and a memory
+    cap below the GPU's, and the job's shim said it applied the cap."""
+
+    def limits() -> tuple[list[int], list[int]] | None:
+        said = " | ".join(e["reason"] for e in events_with(cluster, token, job_id, STEERED))
+        shares = [int(s) for s in re.findall(r"share \d+ -> (\d+)", said)]
+        caps = [int(c) for c in re.findall(r"memory cap \S+ -> (\d+) MiB", said)]
+        return (shares, caps) if shares and caps else None
+
+    shares, caps = wait_until(limits, what="the coordinator's share and cap")
+    assert all(share < FULL_SHARE for share in shares), shares
+    gpu_mib = _gpu_memory_mib(cluster)
+    assert all(0 < cap < gpu_mib for cap in caps), (caps, gpu_mib)
+    applied = wait_until(
+        lambda: events_with(cluster, token, job_id, "cap_applied: memory cap"),
+        what="the shim applying the cap",
+    )
+    assert any(f"memory cap {cap} MiB" in e["reason"] for e in applied for cap in caps), applied
+
+
+def _gpu_memory_mib(cluster: Cluster) -> int:
+    admin = cluster.token("e2e-admin", admin=True)
+    nodes: list[dict[str, Any]] = cluster.curl("GET", "/v1/nodes", admin).body["nodes"]
+    return int(nodes[0]["gpus"][0]["memory_mib"])
 
 
 # AntMan's own profile, and the default, which takes its kinds over time.
@@ -52,7 +82,7 @@ def test_a_waiting_job_shares_a_little_used_gpu_then_is_upgraded(
     assert job["kind"] == "opportunistic" and job["spec"].get("kind") is None
     assert job["placement"]["gpu_uuids"] == held
     assert events_with(cluster, bob, sharer, "now opportunistic, by the scheduler: waited")
-    wait_until(lambda: events_with(cluster, bob, sharer, STEERED), what="the coordinator")
+    throttled(cluster, bob, sharer)
     # The job that opted out, past its mark before the sharer's, still waits guaranteed
     # (it would take the GPU before bob's sharer is upgraded: a GPU only an
     # opportunistic job holds is free for it).
@@ -89,6 +119,6 @@ def test_a_waiting_job_shares_a_little_used_gpu_then_is_upgraded(
             f" jobs: {jobs}; schedd: {cluster.log('schedd')[-1500:]}"
         ) from None
     assert started["placement"]["gpu_uuids"] == held
-    wait_until(lambda: events_with(cluster, alice, guest, STEERED), what="the guest steered")
+    throttled(cluster, alice, guest)
     for job_id, token in ((guest, alice), (sharer, bob)):
         assert cluster.curl("POST", f"/v1/jobs/{job_id}/cancel", token).status == 202
