@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,4 +56,14 @@ def report(
             "source": "history of the user's jobs of this name, else the policy's default",
         }
     out["used"] = used
+    # The GPU memory it needs where it would share a GPU (AntMan): the spec's, else the
+    # estimator's predicted peak, rounded up to a MiB, as the scheduler reads it.
+    peak = out["estimates"].get("gpu_memory_peak_mib", {}).get("value")
+    if spec.gpu_memory_mib is not None:
+        sharing = {"gpu_memory_mib": spec.gpu_memory_mib, "source": "spec"}
+    elif peak is not None:
+        sharing = {"gpu_memory_mib": math.ceil(peak), "source": "estimator"}
+    else:
+        sharing = {"gpu_memory_mib": None, "source": "not known: any little-used GPU"}
+    out["used_for_sharing"] = sharing
     return out

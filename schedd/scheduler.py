@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import statistics
 import time
 from collections import Counter
@@ -149,6 +150,8 @@ class Scheduler:
         self._predicted: dict[str, tuple[Estimator, float]] = {}  # job id -> run time
         # job id -> GPU utilisation (%) predicted, for packing jobs never measured alone
         self._predicted_util: dict[str, tuple[Estimator, float]] = {}
+        # job id -> peak GPU memory (MiB) predicted, for pending jobs whose spec asks none
+        self._predicted_memory: dict[str, tuple[Estimator, float]] = {}
         self.cycles = 0
 
     def wake(self) -> None:
@@ -474,6 +477,7 @@ class Scheduler:
         estimates = await self._history([*placed_rows, *pending_rows])
         await self._predict([*placed_rows, *pending_rows])
         predicted = self._predicted
+        memory = await self._memory(pending_rows)
         now = time.time()
         turns = _turn_gpus(placed_rows) if self._packs else set()
         young = (
@@ -514,6 +518,7 @@ class Scheduler:
                 spec_kind=r["spec_kind"],
                 gpu_range=_gpu_range(r),
                 resume_on=tuple(r["migrate_gpu_uuids"] or ()) if r["pin_node_id"] else (),
+                predicted_gpu_memory_mib=memory.get(r["id"]),
             )
             for r in pending_rows
         )
@@ -558,6 +563,17 @@ class Scheduler:
         ):
             return {}
         return {r["id"]: cache[r["id"]][1] for r in rows if r["id"] in cache}
+
+    async def _memory(self, rows: list[asyncpg.Record]) -> dict[str, int]:
+        """What the resource estimator predicts of the peak GPU memory of the pending
+        jobs whose spec asks none, in MiB rounded up: where they may share a GPU
+        (`place.share`). Each once per training, in one batch."""
+        cache = self._predicted_memory
+        if not await self._predict_into(
+            cache, "gpu_memory_peak_mib", rows, lambda r: r["gpu_memory_mib"] is None
+        ):
+            return {}
+        return {r["id"]: math.ceil(cache[r["id"]][1]) for r in rows if r["id"] in cache}
 
     async def usage(self) -> Usage:
         """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user),

@@ -159,6 +159,9 @@ class PendingJob:
     # A job requeued to move (a migration or a resize a plan decided): the GPUs chosen
     # for it on `request.node_id`, where it resumes before any other job is placed.
     resume_on: tuple[str, ...] = ()
+    # The peak GPU memory the resource estimator predicts, for a job whose spec asks
+    # none (`request.gpu_memory_mib` None): what sharing a GPU reads in its place.
+    predicted_gpu_memory_mib: int | None = None
 
 
 _PENDING_FIELDS = tuple(f.name for f in fields(PendingJob))

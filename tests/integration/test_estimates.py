@@ -8,6 +8,7 @@ import asyncpg
 from schedd.store import jobs, nodes, tokens
 from shared.model import JobSpec
 from shared.protocol import GpuSample
+from tests.integration.fake_agent import FakeAgent
 from tests.integration.inprocess import api_call, start_schedd
 
 
@@ -19,13 +20,16 @@ def sample(uuid: str, util: int, memory: int) -> GpuSample:
     return GpuSample(uuid=uuid, utilization_pct=util, memory_used_mib=memory)
 
 
-async def finished(pool: asyncpg.Pool, user: str, model: str, run_s: float) -> None:
+async def finished(
+    pool: asyncpg.Pool, user: str, model: str, run_s: float, peak_mib: int | None = None
+) -> None:
     row, _ = await jobs.submit(pool, user, spec(model), None)
     await pool.execute(
         "UPDATE jobs SET state = 'succeeded', attained_gpu_s = $2, started_at = now(),"
-        " finished_at = now() WHERE id = $1",
+        " finished_at = now(), gpu_memory_peak_mib = $3 WHERE id = $1",
         row["id"],
         run_s,
+        peak_mib,
     )
 
 
@@ -83,3 +87,46 @@ async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncp
         await scheduler._predict(rows)
         planned = scheduler._predicted[job_id][1]
         assert abs(planned - run["value"]) < 1e-3 * run["value"]
+
+        # History grows: the next training learns from it, and predictions follow.
+        for i in range(10):
+            await finished(pool, "alice", "bert", 1200.0 + i)
+        retrained = await scheduler.train_estimator()
+        assert retrained is not None and retrained is not trained
+        assert retrained.trained_on == 70
+        await scheduler._predict(rows)
+        assert scheduler._predicted[job_id][0] is retrained
+        assert scheduler._predicted[job_id][1] > planned  # bert's jobs now take longer
+
+
+async def test_a_predicted_peak_memory_stands_in_where_a_spec_asks_none(
+    pool: asyncpg.Pool,
+) -> None:
+    """Once 20 succeeded jobs report their peak GPU memory, the snapshot gives a pending
+    job whose spec asks none the predicted peak (what sharing a GPU reads), and
+    GET /v1/estimates/{job} says so; a spec's own figure stands."""
+    alice = await tokens.create(pool, "alice", "user")
+    for i in range(30):
+        for model, peak in (("bert", 6_000), ("resnet50", 12_000)):
+            await finished(pool, "alice", model, 600.0 + i, peak + i)
+    async with start_schedd(pool, estimator_retrain_s=0) as schedd:
+        agent = await FakeAgent(schedd.server, gpus=1).connect(hub=schedd.hub)
+        bare, _ = await jobs.submit(pool, "alice", spec("resnet50", gpus=2), None)
+        asks, _ = await jobs.submit(pool, "alice", spec("bert", gpu_memory_mib=2_000), None)
+        scheduler = schedd.scheduler
+        before = {j.job_id: j for j in (await scheduler.snapshot(10)).pending}
+        assert before[bare["id"]].predicted_gpu_memory_mib is None  # nothing trained yet
+
+        assert await scheduler.train_estimator() is not None
+        pending = {j.job_id: j for j in (await scheduler.snapshot(10)).pending}
+        predicted = pending[bare["id"]].predicted_gpu_memory_mib
+        assert predicted is not None and 11_000 < predicted < 13_100, predicted
+        assert pending[asks["id"]].predicted_gpu_memory_mib is None
+        assert pending[asks["id"]].request.gpu_memory_mib == 2_000
+
+        status, shown = await api_call(schedd, alice, "GET", f"/v1/estimates/{bare['id']}")
+        assert status == 200, shown
+        assert shown["used_for_sharing"] == {"gpu_memory_mib": predicted, "source": "estimator"}
+        status, shown = await api_call(schedd, alice, "GET", f"/v1/estimates/{asks['id']}")
+        assert shown["used_for_sharing"] == {"gpu_memory_mib": 2_000, "source": "spec"}
+        await agent.close()

@@ -10,7 +10,7 @@ import pytest
 from schedd.policy.actions import Plan, SetKind
 from schedd.policy.queues import QueueSpec
 from schedd.policy.resources import Resources
-from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Gpu, Node
+from schedd.policy.snapshot import GUARANTEED, OPPORTUNISTIC, Gpu, Node, PendingJob
 from tests.unit.policy_harness import (
     converted,
     launches,
@@ -120,6 +120,26 @@ def test_gpu_memory_left_by_the_holder_bounds_a_sharer() -> None:
     running = [placed("a", n, [0]), placed("b", n, [1], utilization_pct=40)]
     plan = run("default", snapshot([n], [ot("o", gpu_memory_mib=20_000)], running), now=600.0)
     assert gpus_of(plan, "o") == ("n-g1",)  # g0 is less used but has 10 GB left
+
+
+def test_a_sharer_without_a_memory_figure_is_bounded_by_its_predicted_peak() -> None:
+    """A spec that asks no GPU memory: the estimator's predicted peak stands in for it,
+    and a spec's own figure wins over a prediction."""
+    n = node("n", 2, gpu_memory_mib=40_000)
+    used = Gpu("n-g0", 0, "A100", 40_000, 10, 30_000)
+    n = dataclasses.replace(n, gpus=(used, n.gpus[1]))
+    running = [placed("a", n, [0]), placed("b", n, [1], utilization_pct=40)]
+
+    def planned(job: object, predicted: int | None = None) -> Plan:
+        assert isinstance(job, PendingJob)
+        job = dataclasses.replace(job, predicted_gpu_memory_mib=predicted)
+        return run("default", snapshot([n], [job], running), now=600.0)
+
+    assert gpus_of(planned(ot("o")), "o") == ("n-g0",)  # nothing known: the least used
+    assert gpus_of(planned(ot("o"), 20_000), "o") == ("n-g1",)  # g0 has 10 GB left
+    assert gpus_of(planned(ot("o", gpu_memory_mib=5_000), 20_000), "o") == ("n-g0",)
+    too_big = planned(ot("o"), 45_000)
+    assert too_big.waiting["o"].code == "no_shareable_gpu"
 
 
 def test_a_young_holder_known_to_use_little_is_shared_but_not_by_a_job_asking_memory() -> None:

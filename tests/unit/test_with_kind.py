@@ -28,6 +28,7 @@ def test_every_field_but_the_kind_is_kept() -> None:
         spec_kind=OPPORTUNISTIC,
         gpu_range=(1, 2),
         resume_on=("n1-g0", "n1-g1"),
+        predicted_gpu_memory_mib=12_000,
     )
     defaults = PendingJob("x", "u", "q", 0, GUARANTEED, Request(1, 1.0, 1), 0.0)
     for f in dataclasses.fields(PendingJob):

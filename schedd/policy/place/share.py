@@ -8,7 +8,9 @@ GPU qualifies the same way; GPUs reserved for a blocked gang do too, since the g
 would throttle the job, not wait for it. A node whose agent runs no coordinator takes
 none (nothing would throttle it there). The job takes the node whose qualifying GPUs
 are least used in sum, its whole request on that one node: a gang of opportunistic
-jobs across nodes would run at the pace of its most throttled GPU.
+jobs across nodes would run at the pace of its most throttled GPU. A job that needs
+GPU memory (what its spec asks, else the resource estimator's prediction of its peak)
+takes only GPUs with that much free.
 
 Every profile places opportunistic jobs this way (the framework calls it for them):
 the kind is the user's word that the job may be slowed, and the agent slows it.
@@ -21,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from schedd.policy.placement import NoFit, Placement, enough_cpus
-from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Request, Shard, holds_gpus
+from schedd.policy.snapshot import Gpu, Node, PendingJob, PlacedJob, Shard, holds_gpus
 from schedd.policy.view import View
 
 
@@ -51,12 +53,19 @@ def _young_holders(view: View, known_too: bool = False) -> Iterator[tuple[Placed
                 yield job, of_age
 
 
-def _unmeasured(view: View, request: Request) -> set[str]:
+def gpu_memory_needed(job: PendingJob) -> int | None:
+    """The GPU memory a job needs on each GPU it shares: what its spec asks, else what
+    the resource estimator predicts of its peak, else nothing known."""
+    asked = job.request.gpu_memory_mib
+    return asked if asked is not None else job.predicted_gpu_memory_mib
+
+
+def _unmeasured(view: View, memory: bool) -> set[str]:
     """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
-    or it is a young holder. For a job that asks for GPU memory, every young holder's:
-    a figure of its utilisation says nothing of the memory its window has not seen."""
+    or it is a young holder. For a job that needs GPU memory (`memory`), every young
+    holder's: a figure of its utilisation says nothing of the memory its window has
+    not seen."""
     fresh = {u for shards, _, _ in view.launched for s in shards for u in s.gpu_uuids}
-    memory = request.gpu_memory_mib is not None
     fresh.update(u for job, _ in _young_holders(view, memory) for u in job.gpu_uuids)
     return fresh
 
@@ -73,7 +82,7 @@ def utilization(gpu: Gpu, view: View) -> int:
 
 def place(job: PendingJob, view: View) -> Placement | NoFit:
     request = job.request
-    if request.node_id is None and request.gpu_memory_mib is None:
+    if request.node_id is None and gpu_memory_needed(job) is None:
         index = view.memo.get(("share_index",))
         if not isinstance(index, _ShareIndex):
             index = view.memo[("share_index",)] = _ShareIndex(view)
@@ -204,7 +213,8 @@ def _scan(job: PendingJob, view: View) -> Placement | NoFit:
     filtered: Counter[str] = Counter()
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
-    fresh = _unmeasured(view, request)
+    needed = gpu_memory_needed(job)
+    fresh = _unmeasured(view, needed is not None)
     for node in view.snapshot.nodes:
         node_id = node.node_id
         if request.node_id is not None and node_id != request.node_id:
@@ -229,10 +239,7 @@ def _scan(job: PendingJob, view: View) -> Placement | NoFit:
             if g.uuid not in taken
             and g.uuid not in fresh
             and (use := utilization(g, view)) < limit
-            and (
-                request.gpu_memory_mib is None
-                or g.memory_mib - g.memory_used_mib >= request.gpu_memory_mib
-            )
+            and (needed is None or g.memory_mib - g.memory_used_mib >= needed)
         )
         most = max(most, len(usable))
         if len(usable) < request.gpus:
