@@ -152,6 +152,16 @@ def packed_sets(view: View) -> frozenset[tuple[str, ...]]:
     return known  # type: ignore[return-value]
 
 
+def packed_gpus(view: View) -> frozenset[str]:
+    """Every GPU a packed job runs on: no turn begins there while it does, its partner
+    gone or not (once per cycle)."""
+    key = ("timeslice_packed_gpus",)
+    known = view.memo.get(key)
+    if known is None:
+        known = view.memo[key] = frozenset(u for j in packed_jobs(view) for u in j.gpu_uuids)
+    return known  # type: ignore[return-value]
+
+
 def keeps_guarantees(queue: str, paused: Iterable[PlacedJob], view: View) -> bool:
     """Whether pausing `paused` for a job of `queue` leaves every queue of their
     lineages at or above its guarantee (of CPUs, memory and GPU memory too, where set),

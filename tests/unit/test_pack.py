@@ -93,6 +93,29 @@ def test_a_packed_job_whose_partner_left_takes_the_gpus_as_its_own() -> None:
     assert launches(plan)["new"].gpu_uuids == ("n-g0",)
 
 
+def test_a_packed_job_whose_partner_left_is_their_holder_before_any_turn() -> None:
+    """Smaller jobs paused on part of a packed job's GPUs do not take them while its
+    partner is gone (they look free: a packed job holds none): the packed job becomes
+    their holder, and the turns go on with it (found replaying cluster03 with elastic
+    jobs under default-gandiva, where the resumes and the holder's clashed)."""
+    n = node("n", 4)
+    wide = dataclasses.replace(
+        placed_job("p", n, [0, 1, 2, 3], estimate_s=50_000.0), state=PACKED, state_since=900.0
+    )
+    paused = [
+        dataclasses.replace(
+            placed_job(f"s{i}", n, [2 * i, 2 * i + 1], estimate_s=50_000.0),
+            state=SUSPENDED,
+            state_since=800.0,
+        )
+        for i in (0, 1)
+    ]
+    for profile in ("gandiva", "default-gandiva"):
+        snap = snapshot([n], [], [wide, *paused])
+        plan = run(profile, snap, now=5000.0)
+        assert acts(plan) == [("Resume", "p", None)], profile
+
+
 def test_one_job_packs_beside_a_holder_and_no_turn_goes_there_meanwhile() -> None:
     """With room for three on a GPU set, a packed pair still takes nobody else."""
     crowd = [job("a", util=20), job("p", PACKED, util=20), job("s", SUSPENDED, util=20)]

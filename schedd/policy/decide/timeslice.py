@@ -20,7 +20,7 @@ from schedd.policy.timeslice import (
     holders,
     keeps_guarantees,
     may_take_turns,
-    packed_sets,
+    packed_gpus,
     suspended_jobs,
     turn_begins,
     turn_ends,
@@ -41,9 +41,12 @@ def decide(view: View) -> list[Action]:
         busy = [u for u in job.gpu_uuids if u not in free]
         if any(u not in holder for u in busy):
             continue  # not free, and no job the snapshot shows holds it: leave it be
+        if not packed_gpus(view).isdisjoint(job.gpu_uuids):
+            # A pack runs there: its turn comes when the pack ends. Where the packed
+            # job's partner left, the packed job becomes their holder first
+            # (`decide.pack`), though the GPUs look free: it holds none while packed.
+            continue
         blockers = {holder[u].job_id: holder[u] for u in busy}
-        if any(b.gpu_uuids in packed_sets(view) for b in blockers.values()):
-            continue  # a pack runs there: its turn comes when the pack ends
         if not all(_turn_over(b, view) for b in blockers.values()):
             continue
         if not _may_come_back(job, list(blockers.values()), view):
