@@ -22,14 +22,20 @@ steps() {
     # Chronus on MIX2 (with the default and the default before it beside the peers).
     echo "chronus_mix2|$SCHEDCTL sim --trace $mix2 --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --compare chronus,tiresias,fifo,default-guaranteed,default --plot $o/img/chronus"
     for trace in MIX1 SLO; do
-        echo "chronus_$trace|$SCHEDCTL sim --trace $t/chronus/philly_$trace.csv --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --compare chronus,tiresias,fifo,default"
+        echo "chronus_$trace|$SCHEDCTL sim --trace $t/chronus/philly_$trace.csv --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --compare chronus,tiresias,fifo,default-guaranteed,default"
     done
+    # MIX2 with preemption overheads (60 s held, the work since a half-hourly checkpoint lost).
+    echo "chronus_mix2_overheads|$SCHEDCTL sim --trace $mix2 --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --compare chronus,tiresias,default-guaranteed,default-deadlines --preempt-overhead 60 --checkpoint-interval 1800"
+    # The default's order with Chronus's admission, alone and with the kinds over time.
+    echo "default_deadlines_mix2|$SCHEDCTL sim --trace $mix2 --format chronus --cluster 120x8 --model-info $t/chronus/model_info.json --compare default-deadlines"
+    echo "default_deadlines_kinds|$PY bench/tie_breaks.py --trace-dir $t --profiles default-deadlines+opportunistic --seeds 0,1,2"
     # The default and its variants over tie-break seeds and the three preemption models.
     echo "tie_breaks|$PY bench/tie_breaks.py --trace-dir $t --profiles default,default-deadlines --seeds 0,1,2,3"
     for overheads in none save; do
         echo "tie_breaks_$overheads|$PY bench/tie_breaks.py --trace-dir $t --profiles default,default-guaranteed,default-deadlines --seeds 0,1,2 --overheads $overheads"
     done
     echo "tie_breaks_lose|$PY bench/tie_breaks.py --trace-dir $t --profiles default --seeds 0 --overheads lose"
+    echo "tie_breaks_lose_variants|$PY bench/tie_breaks.py --trace-dir $t --profiles default-deadlines,default-guaranteed --seeds 0,1 --overheads lose"
     # Liquid: the estimator's accuracy, what it buys, and the network-aware placement.
     echo "estimator_accuracy|$PY bench/estimator_accuracy.py --trace-dir $t"
     for order in sjf backfill; do
@@ -40,6 +46,7 @@ steps() {
     # The five profiles the seed systems' issue names, side by side under one model.
     echo "seed_itp|$PY bench/seed_policies.py --trace-dir $t --profiles gandiva,antman,liquid,tiresias,default --locality 0.8 --rack-size 4 --cross-rack 0.8 --gpu-util 10-100 --plot $o/img/seed_itp"
     echo "liquid_itp|$PY bench/seed_policies.py --trace-dir $t --profiles liquid,liquid@best_fit,tiresias,default-guaranteed,default --locality 0.8 --rack-size 4 --cross-rack 0.8"
+    echo "liquid_mix2|$PY bench/seed_policies.py --trace-dir $t --traces mix2 --profiles liquid,liquid@best_fit,default-guaranteed,default-guaranteed@network --locality 0.8 --rack-size 4 --cross-rack 0.8"
     # AntMan and Gandiva on the ITP traces, grow/shrink, Gandiva's mechanisms on the default's order.
     echo "antman_itp|$PY bench/seed_policies.py --trace-dir $t --profiles antman,drf,tiresias,default-guaranteed,default-guaranteed+opportunistic --gpu-util 10-100"
     echo "gandiva_itp|$PY bench/seed_policies.py --trace-dir $t --profiles gandiva,liquid@topology --gpu-util 10-100"
