@@ -287,7 +287,8 @@ class Hub:
             case JobFailed():
                 await self._on_failed(link, event)
             case JobProgress():
-                await job_controls.on_progress(self.pool, event)
+                if await job_controls.on_progress(self.pool, event):
+                    self.wake()  # it may be moved or resized now (Gandiva's moves)
             case JobControlled():
                 if await job_controls.on_controlled(self.pool, link.node_id, event):
                     self.wake()  # a migration called off: the GPUs it held are free

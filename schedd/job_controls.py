@@ -497,7 +497,9 @@ async def on_inputs_staged(pool: asyncpg.Pool, node_id: str, event: InputsStaged
         await jobs.note(pool, event.job_id, row["attempt"], reason)
 
 
-async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
+async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> bool:
+    """Record the job's progress. True when it made the job known to save checkpoints:
+    a move or resize it was passed over for may be possible now, worth a new plan."""
     progress = {
         "step": event.step,
         "steps_per_s": event.steps_per_s,
@@ -508,7 +510,9 @@ async def on_progress(pool: asyncpg.Pool, event: JobProgress) -> None:
     }
     # Mini-batches timed through the shim (`step_wall_s`): it is there, and can save a
     # checkpoint.
-    await jobs.record_progress(pool, event.job_id, event.attempt, progress, event.step_wall_s)
+    return await jobs.record_progress(
+        pool, event.job_id, event.attempt, progress, event.step_wall_s
+    )
 
 
 async def on_controlled(pool: asyncpg.Pool, node_id: str, event: JobControlled) -> bool:

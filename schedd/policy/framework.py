@@ -74,6 +74,7 @@ RecheckFn = Callable[[View], float | None]
 RankFn = Callable[[View], Callable[[PendingJob], float]]
 DecideFn = Callable[[View], list[Action]]
 AnticipateFn = Callable[[View, Plan], list[Action]]
+AnticipateRecheckFn = Callable[[View, Plan], float | None]
 Blocking = Literal["strict", "backfill", "skip"]
 
 NO_NODES = Wait("no_nodes", "no nodes are connected")
@@ -94,9 +95,11 @@ class Stages:
     recheck: tuple[RecheckFn, ...] = ()
     decide: tuple[DecideFn, ...] = ()
     anticipate: tuple[AnticipateFn, ...] = ()
-    # When the plugins that act whether or not jobs wait (decide plugins; moves that
-    # gather, relieve or grow) could act with no event.
+    # When the decide plugins could act with no event, whether or not jobs wait.
     recheck_always: tuple[RecheckFn, ...] = ()
+    # When the anticipate plugins could act with no event, each asked with the plan
+    # (whether jobs wait for room, what they wait for).
+    anticipate_recheck: tuple[AnticipateRecheckFn, ...] = ()
     # Set where a job that waits tells how every later job of its queue, user, request
     # and GPU range waits until the view changes, if their rank is no better: each
     # make-room plugin finds victims only among jobs ranked below the waiting one, by
@@ -315,9 +318,14 @@ def plan(stages: Stages, snapshot: Snapshot, now: float) -> Plan:
     if any(w.code == NO_SHAREABLE_GPU for w in result.waiting.values()):
         rechecks.append(share.recheck_at)
     rechecks += stages.recheck_always  # they may act with no job pending
+    rechecks += [_with_plan(r, result) for r in stages.anticipate_recheck]
     if rechecks:
         result.defer_recheck(lambda: _earliest(rechecks, view))
     return result
+
+
+def _with_plan(recheck: AnticipateRecheckFn, plan: Plan) -> RecheckFn:
+    return lambda view: recheck(view, plan)
 
 
 def _earliest(rechecks: list[RecheckFn], view: View) -> float | None:
@@ -409,9 +417,9 @@ def _place_opportunistic(job: PendingJob, view: View, result: Plan, waits: bool 
     # A request that found no shareable GPUs finds none later in the plan: its Wait is
     # kept, said once for every job of that request (which passed the checks below);
     # with a reservation, of that request and end (what it keeps is open to a job that
-    # ends before it starts).
+    # ends before it starts); of that GPU memory needed, which may be a prediction.
     ends = view.ends(job) if view.reservations else None
-    key = ("no_share", job.request, ends)
+    key = ("no_share", job.request, share.gpu_memory_needed(job), ends)
     wait = view.memo.get(key)
     if not isinstance(wait, Wait):
         wait = _never_fits(view, job)

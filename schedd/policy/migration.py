@@ -35,21 +35,20 @@ class Taken:
         self.used: dict[str, tuple[float, int]] = {}  # node -> (CPUs, memory)
 
 
-def movable(job: PlacedJob, view: View, alone: bool = True, later: bool = False) -> bool:
+def movable(job: PlacedJob, view: View, alone: bool = True, young: bool = False) -> bool:
     """A running guaranteed job that can save a checkpoint (not paused by its user), has
-    run `min_run_s` since it started, resumed or last moved (no moving back and forth),
-    and not already chosen by this plan; `alone`: with no job taking turns on its GPUs
-    (it would be left behind, waiting for GPUs nobody uses). `later`: one that may
-    become so with time alone: too young yet, or not yet known to save checkpoints (a
-    job is once its first steps are reported, which wakes no plan)."""
+    run `min_run_s` since it started, resumed or last moved (no moving back and forth;
+    `young`: or not yet), and not already chosen by this plan; `alone`: with no job
+    taking turns on its GPUs (it would be left behind, waiting for GPUs nobody uses)."""
     return (
         job.state == "running"
-        and (later or job.checkpointable)
+        and job.checkpointable
         and not job.paused
         and job.kind == GUARANTEED
         and job.request.gpus > 0
         and not view.decided(job.job_id)
-        and (later or view.now - since(job) >= view.settings.min_run_s)
+        # The sum, as `comes_of_age` gives it: a plan at that very time finds it of age.
+        and (young or view.now >= since(job) + view.settings.min_run_s)
         and all(s.node_id in view.capacity for s in job.shards)
         and not (alone and group_sizes(view)[job.gpu_uuids])
     )
@@ -60,13 +59,14 @@ def comes_of_age(
 ) -> float | None:
     """When the first job that `wanted` picks, and that could move but for its age, has
     run `min_run_s`: a move plugin that passed it over for that could act then with no
-    event (`Plan.recheck_at`; Gandiva's introspective mode)."""
+    event (`Plan.recheck_at`; Gandiva's introspective mode). Live, a job is known to
+    save checkpoints once its shim first reports steps, which wakes the scheduler."""
     min_run = view.settings.min_run_s
     return min(
         (
             since(j) + min_run
             for j in view.snapshot.placed
-            if since(j) + min_run > view.now and wanted(j) and movable(j, view, alone, later=True)
+            if since(j) + min_run > view.now and movable(j, view, alone, young=True) and wanted(j)
         ),
         default=None,
     )

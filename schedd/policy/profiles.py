@@ -26,6 +26,7 @@ from schedd.policy.decide import timeslice as timeslice_turns
 from schedd.policy.framework import (
     AdmitFn,
     AnticipateFn,
+    AnticipateRecheckFn,
     Blocking,
     DecideFn,
     MakeRoomFn,
@@ -95,11 +96,12 @@ ANTICIPATES: dict[str, AnticipateFn] = {
 ANTICIPATE_RECHECKS: dict[str, RecheckFn] = {
     "prefetch": prefetch.recheck_at,
     "opportunistic": opportunistic.recheck_at,
+}
+# For each move (Gandiva), when a job it passed over for its age could move: asked with
+# the plan, always (each says when it applies).
+MOVE_RECHECKS: dict[str, AnticipateRecheckFn] = {
     "defragment": defragment.recheck_at,
     "shrink": shrink.recheck_at,
-}
-# For each anticipate plugin that acts whether or not jobs wait, the same, asked always.
-ANTICIPATE_RECHECKS_ALWAYS: dict[str, RecheckFn] = {
     "gather": gather.recheck_at,
     "relieve": relieve.recheck_at,
     "grow": grow.recheck_at,
@@ -200,12 +202,8 @@ def stages(spec: ProfileSpec, label: str) -> Stages:
         + tuple(ANTICIPATE_RECHECKS[a] for a in spec.anticipate if a in ANTICIPATE_RECHECKS),
         decide=tuple(_pick(DECIDES, "decide", d) for d in spec.decide),
         anticipate=tuple(_pick(ANTICIPATES, "anticipate", a) for a in spec.anticipate),
-        recheck_always=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS)
-        + tuple(
-            ANTICIPATE_RECHECKS_ALWAYS[a]
-            for a in spec.anticipate
-            if a in ANTICIPATE_RECHECKS_ALWAYS
-        ),
+        recheck_always=tuple(DECIDE_RECHECKS[d] for d in spec.decide if d in DECIDE_RECHECKS),
+        anticipate_recheck=tuple(MOVE_RECHECKS[a] for a in spec.anticipate if a in MOVE_RECHECKS),
         waits_alike=_waits_alike(spec.make_room),
         over_limit=tuple(OVER_LIMITS[m] for m in spec.make_room if m in OVER_LIMITS),
     )

@@ -681,13 +681,14 @@ async def record_progress(
     attempt: int,
     progress: dict[str, Any],
     step_wall_s: float | None = None,
-) -> None:
+) -> bool:
     """The job's latest progress and when it came; not history (it would be one event a
     second). With `step_wall_s` (the report's mean step time) it reported mini-batches
     through its shim, which can then save a checkpoint on request (unless one already
     failed this attempt); that time is kept among the job's step times alone (the last
-    `STEPS_ALONE_KEPT`) where no other job runs on its GPUs."""
-    await pool.execute(
+    `STEPS_ALONE_KEPT`) where no other job runs on its GPUs. True when this report is
+    the one that made the job known to save checkpoints."""
+    became = await pool.fetchval(
         f"""
         UPDATE jobs j SET progress = $3, progress_at = now(),
             checkpointable = CASE WHEN $4::float8 IS NOT NULL
@@ -700,7 +701,9 @@ async def record_progress(
                 ELSE (array_append(coalesce(j.step_alone_s, '{{}}'), $4::float8))[
                     greatest(coalesce(cardinality(j.step_alone_s), 0) + 2 - $5, 1):]
                 END
+        FROM (SELECT checkpointable AS was FROM jobs WHERE id = $1) old
         WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running'
+        RETURNING old.was IS NULL AND j.checkpointable IS TRUE
         """,
         job_id,
         attempt,
@@ -708,6 +711,7 @@ async def record_progress(
         step_wall_s,
         STEPS_ALONE_KEPT,
     )
+    return bool(became)
 
 
 async def ask_move(

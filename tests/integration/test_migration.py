@@ -256,3 +256,22 @@ async def move_dropped(pool: asyncpg.Pool, job_id: str) -> None:
         while (row := await jobs.get(pool, job_id)) and row["migrate_to"]:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
     assert row is not None and row["state"] == "running" and row["migrate_gpu_uuids"] is None
+
+
+async def test_a_job_first_known_to_checkpoint_wakes_the_scheduler(
+    schedd: Schedd, pool: asyncpg.Pool
+) -> None:
+    """A job is known to save checkpoints once its shim first reports steps: a move or
+    resize passed over for that may be possible now, and no other event may come. That
+    first report wakes a plan; later ones are not news."""
+    n1 = await agent_on(schedd, "n1")
+    x = await run_one(schedd, pool, n1, estimate_s=3600.0)
+    progress = {"step": 1, "steps_per_s": 10.0}
+    assert not await jobs.record_progress(pool, x, 1, progress)  # no step time: no shim
+    before = schedd.scheduler.cycles
+    await stepping(n1, pool, x)
+    async with asyncio.timeout(5):
+        while schedd.scheduler.cycles == before:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert not await jobs.record_progress(pool, x, 1, progress, step_wall_s=0.1)
+    await n1.close()

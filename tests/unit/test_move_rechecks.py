@@ -89,18 +89,52 @@ def test_an_elastic_job_shrinks_for_a_waiting_job_once_it_comes_of_age() -> None
     assert isinstance(changes(later)["e"], Resize) and changes(later)["e"].gpus == 2
 
 
-def test_a_job_not_yet_known_to_checkpoint_is_looked_at_when_it_comes_of_age() -> None:
-    """Live, a job is known to save checkpoints once its first steps are reported, which
-    wakes no plan: a young job not yet known so is looked at again when it comes of age
-    all the same."""
+def test_the_plan_at_the_recheck_finds_the_job_of_age_whatever_the_rounding() -> None:
+    """For some start times (since + 300) - since < 300 in floating point: the plan at
+    exactly the recheck time must still find the job of age."""
+    since = 2096899.9701969943
+    assert (since + 300.0) - since < 300.0
     n = node("n", 4)
-    small = young(
-        dataclasses.replace(placed("e", n, [0, 1], estimate_s=20_000.0), gpu_range=(1, 4))
+    small = dataclasses.replace(
+        placed("e", n, [0, 1], estimate_s=20_000.0),
+        gpu_range=(1, 4),
+        started_at=since,
+        state_since=since,
     )
-    unknown = dataclasses.replace(small, checkpointable=False)
-    assert run("gandiva", snapshot([n], [], [unknown]), now=EARLY).recheck_at == OF_AGE
-    assert changes(run("gandiva", snapshot([n], [], [unknown]), now=OF_AGE)) == {}
-    acts_once_of_age(snapshot([n], [], [small]), "e")
+    early = run("gandiva", snapshot([n], [], [small]), now=since + 100.0)
+    assert early.recheck_at == since + 300.0
+    assert set(changes(run("gandiva", snapshot([n], [], [small]), now=early.recheck_at))) == {"e"}
+
+
+def test_no_recheck_for_a_job_that_could_not_move_when_of_age() -> None:
+    """No plan is asked for nothing: a partner that cannot save checkpoints (live: a
+    gang, or a job whose shim never reported steps; the scheduler wakes when it first
+    does), a partner with no GPUs of its size free anywhere, an elastic job while a
+    job waits for GPUs (grow gives way to it)."""
+    a, b = node("a", 1), node("b", 1)
+    paused = dataclasses.replace(
+        placed("paused", a, [0], estimate_s=9_000.0), state=SUSPENDED, state_since=0.0
+    )
+    partner = young(placed("runs", a, [0], estimate_s=9_000.0))
+    stuck = dataclasses.replace(partner, checkpointable=False)
+    assert run("gandiva", snapshot([a, b], [], [stuck, paused]), now=EARLY).recheck_at != OF_AGE
+    wide, one = node("w", 4), node("o", 1)
+    big_paused = dataclasses.replace(
+        placed("paused", wide, [0, 1, 2, 3], estimate_s=9_000.0), state=SUSPENDED, state_since=0.0
+    )
+    big = young(placed("runs", wide, [0, 1, 2, 3], estimate_s=9_000.0))
+    plan = run("gandiva", snapshot([wide, one], [], [big, big_paused]), now=EARLY)
+    assert plan.recheck_at != OF_AGE  # only one GPU free elsewhere: it cannot move there
+    n, m = node("n", 4), node("m", 4)
+    small = young(
+        dataclasses.replace(placed("e", n, [0, 1], estimate_s=20_000.0), gpu_range=(2, 4))
+    )
+    fill = dataclasses.replace(
+        placed("fill", m, [0, 1, 2, 3], estimate_s=90_000.0), checkpointable=False
+    )
+    plan = run("gandiva", snapshot([n, m], [pending("w", 3)], [small, fill]), now=EARLY)
+    assert plan.waiting["w"].code == "no_capacity"
+    assert plan.recheck_at != OF_AGE
 
 
 def test_no_recheck_where_nothing_would_move() -> None:

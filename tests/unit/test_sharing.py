@@ -139,7 +139,23 @@ def test_a_sharer_without_a_memory_figure_is_bounded_by_its_predicted_peak() -> 
     assert gpus_of(planned(ot("o"), 20_000), "o") == ("n-g1",)  # g0 has 10 GB left
     assert gpus_of(planned(ot("o", gpu_memory_mib=5_000), 20_000), "o") == ("n-g0",)
     too_big = planned(ot("o"), 45_000)
+    # A prediction is no ask: a young holder known to use little is open to it.
+    young = [placed("y", n, [1], started_at=500.0, utilization_pct=10), running[0]]
+    predicted = dataclasses.replace(ot("o"), predicted_gpu_memory_mib=20_000)  # type: ignore[type-var]
+    assert gpus_of(run("default", snapshot([n], [predicted], young), now=600.0), "o") == ("n-g1",)
     assert too_big.waiting["o"].code == "no_shareable_gpu"
+
+
+def test_a_job_refused_for_its_predicted_memory_holds_no_twin_back() -> None:
+    """A plan remembers a request that found no GPU to share; the GPU memory needed, a
+    prediction included, is part of what it remembers."""
+    n = node("n", 2, gpu_memory_mib=40_000)
+    running = [placed("a", n, [0], utilization_pct=10), placed("b", n, [1], utilization_pct=10)]
+    big = dataclasses.replace(ot("big", at=0.0), predicted_gpu_memory_mib=45_000)  # type: ignore[type-var]
+    small = dataclasses.replace(ot("small", at=1.0), predicted_gpu_memory_mib=5_000)  # type: ignore[type-var]
+    plan = run("default", snapshot([n], [big, small, ot("none", at=2.0)], running), now=600.0)
+    assert set(launches(plan)) == {"small", "none"}
+    assert plan.waiting["big"].code == "no_shareable_gpu"
 
 
 def test_a_young_holder_known_to_use_little_is_shared_but_not_by_a_job_asking_memory() -> None:

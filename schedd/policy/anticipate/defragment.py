@@ -104,10 +104,10 @@ def _size_then_id(job: PlacedJob) -> tuple[int, str]:
     return (job.request.gpus, job.job_id)
 
 
-def recheck_at(view: View) -> float | None:
-    """While jobs wait (the plan asks only then) and as many GPUs as one of them needs
-    are free: when a job on one node that was too young to move comes of age."""
+def recheck_at(view: View, plan: Plan) -> float | None:
+    """While a job waits for capacity with as many GPUs free as it needs: when a job on
+    one node that was too young to move comes of age."""
     free = view.free_gpu_count()
-    if not any(0 < j.request.gpus <= free for j in view.snapshot.pending):
+    if not any(j.request.gpus <= free for j in migration.waiting_for_room(view, plan)):
         return None
     return migration.comes_of_age(view, lambda j: len(j.shards) == 1)

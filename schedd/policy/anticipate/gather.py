@@ -36,16 +36,21 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     return actions
 
 
-def recheck_at(view: View) -> float | None:
-    """When a spread job that was too young to gather comes of age, if its gain would
-    still be worth the move."""
+def recheck_at(view: View, plan: Plan) -> float | None:
+    """When a spread job that was too young to gather comes of age, if a node has its
+    GPUs free now and the gain would be worth the move."""
     if not view.snapshot.multi_node:
         return None
     settings = view.settings
+    promised = frozenset(migration.promised(view))
 
     def worth(job: PlacedJob) -> bool:
         gain = view.remaining(job) * (1.0 - settings.spread_speed)
-        return _gatherable(job, view) and gain > settings.migrate_cost_s
+        return (
+            _gatherable(job, view)
+            and gain > settings.migrate_cost_s
+            and migration.target(job, view, promised) is not None
+        )
 
     return migration.comes_of_age(view, worth)
 

@@ -68,9 +68,11 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     return actions
 
 
-def recheck_at(view: View) -> float | None:
-    """While GPUs are free: when an elastic job below the most of its range, with free
-    GPUs on its node, that was too young to grow comes of age."""
+def recheck_at(view: View, plan: Plan) -> float | None:
+    """While GPUs are free and no job waits for them: when an elastic job below the most
+    of its range, with free GPUs on its node, that was too young to grow comes of age."""
+    if any(w.code in WAITING_FOR_GPUS for w in plan.waiting.values()):
+        return None
     if not view.free_gpu_count():
         return None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from schedd.policy import migration
 from schedd.policy.actions import Action, Plan
+from schedd.policy.snapshot import PlacedJob
 from schedd.policy.timeslice import holders, sole_holder, suspended_jobs
 from schedd.policy.view import View
 
@@ -47,12 +48,17 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     return actions
 
 
-def recheck_at(view: View) -> float | None:
-    """While GPUs are free and jobs are suspended: when the running partner of one, too
-    young to move, comes of age."""
+def recheck_at(view: View, plan: Plan) -> float | None:
+    """While jobs are suspended: when the running partner of one, too young to move,
+    comes of age, if GPUs of its size are free for it now."""
     waiting = suspended_jobs(view)
     if not waiting or not view.free_gpu_count():
         return None
     holder = holders(view)
     partners = {p.job_id for job in waiting if (p := sole_holder(job, holder)) is not None}
-    return migration.comes_of_age(view, lambda j: j.job_id in partners, alone=False)
+    promised = frozenset(migration.promised(view))
+
+    def may_go(job: PlacedJob) -> bool:
+        return job.job_id in partners and migration.target(job, view, promised) is not None
+
+    return migration.comes_of_age(view, may_go, alone=False)

@@ -68,9 +68,11 @@ def _cheapest(job: PendingJob, view: View, promised: set[str]) -> tuple[str, Shr
     return None if best is None else (best[1], best[2])
 
 
-def recheck_at(view: View) -> float | None:
-    """While jobs wait (the plan asks only then): when an elastic job that could give
-    GPUs back but was too young to comes of age."""
+def recheck_at(view: View, plan: Plan) -> float | None:
+    """While a job waits for capacity: when an elastic job that could give GPUs back
+    but was too young to comes of age."""
+    if not migration.waiting_for_room(view, plan):
+        return None
     return migration.comes_of_age(view, _can_give)
 
 

@@ -62,7 +62,7 @@ def gpu_memory_needed(job: PendingJob) -> int | None:
 
 def _unmeasured(view: View, memory: bool) -> set[str]:
     """GPUs whose guaranteed holder's use is not known yet: it starts in this very plan,
-    or it is a young holder. For a job that needs GPU memory (`memory`), every young
+    or it is a young holder. For a job that asks for GPU memory (`memory`), every young
     holder's: a figure of its utilisation says nothing of the memory its window has
     not seen."""
     fresh = {u for shards, _, _ in view.launched for s in shards for u in s.gpu_uuids}
@@ -214,7 +214,9 @@ def _scan(job: PendingJob, view: View) -> Placement | NoFit:
     best: tuple[tuple[int, str], str, list[Gpu]] | None = None
     most = 0
     needed = gpu_memory_needed(job)
-    fresh = _unmeasured(view, needed is not None)
+    # A prediction is no ask: a young holder's GPU stays open to the job (its free
+    # memory is checked as it stands); a spec's figure is a requirement.
+    fresh = _unmeasured(view, request.gpu_memory_mib is not None)
     for node in view.snapshot.nodes:
         node_id = node.node_id
         if request.node_id is not None and node_id != request.node_id:
