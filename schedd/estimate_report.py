@@ -18,6 +18,7 @@ def report(
 ) -> dict[str, Any]:
     spec = jobs.spec_of(row)
     out: dict[str, Any] = {"job_id": row["id"]}
+    peak: float | None = None  # the predicted peak GPU memory, unrounded
     if estimator is None:
         out["estimator"] = None
         out["estimates"] = {}
@@ -28,6 +29,8 @@ def report(
         )
     else:
         predicted = estimator.predict(of_row(row))
+        if (memory := predicted.get("gpu_memory_peak_mib")) is not None:
+            peak = memory.value
         out["estimator"] = {
             "trained_on": estimator.trained_on,
             "trained_at": datetime.fromtimestamp(trained_at or 0.0, UTC).isoformat(),
@@ -58,7 +61,6 @@ def report(
     out["used"] = used
     # The GPU memory it needs where it would share a GPU (AntMan): the spec's, else the
     # estimator's predicted peak, rounded up to a MiB, as the scheduler reads it.
-    peak = out["estimates"].get("gpu_memory_peak_mib", {}).get("value")
     if spec.gpu_memory_mib is not None:
         sharing = {"gpu_memory_mib": spec.gpu_memory_mib, "source": "spec"}
     elif peak is not None:

@@ -5,9 +5,11 @@ Runs `--jobs` training jobs (bench/gpu/train_job.py, each `--job-seconds` of ste
 each a configuration drawn (by `--seed`) from a grid: model (transformer or MLP),
 batch, width, depth, sequence length, precision, and a host-side pause per step (the
 input pipeline, which keeps the GPU idle meanwhile). Per job it records what the agent
-would: the most GPU memory NVML lists for the job's process, and the mean and spread of
-the GPU's utilisation over the job's steps after warm-up; and PyTorch's own peak
-(max_memory_reserved) beside them.
+records of a job alone on its GPU: the most GPU memory in use (here NVML's figure for
+the job's own process, which is the whole GPU's for a job alone, and stays the job's
+with `--parallel`), and the mean and spread of the GPU's utilisation over the job's
+steps after warm-up; and PyTorch's own peak (max_memory_reserved) beside them. A job
+that ran out of memory in a step is left out, as a failed job would be.
 
 Then it trains the estimator's forests (schedd/estimator, as the scheduler does) on
 the first `--train` share of the jobs, their features what a submitter would write:
@@ -18,8 +20,11 @@ against two baselines: the mean of the training jobs with the same name, and the
 of all training jobs. Figures: median error, the share within 1.25x and 2x, and the
 mean absolute error.
 
-With `--parallel N` (N > 1) jobs run N at a time: memory is still each process's own,
-but the GPU's utilisation is shared, so its figures are left out.
+With `--parallel N` (N > 1) jobs run N at a time: memory is still each process's own
+(where NVML names it by the job's PID; else PyTorch's peak, which leaves out the CUDA
+context), but the GPU's utilisation is shared, so its figures are left out. If a job
+fails, no more are started, those running end, and the records so far are written
+(`--history`) before the script exits with status 1.
 
     .venv/bin/python bench/gpu/memory_history.py [--jobs 48] [--parallel 4] [--json h.json]
 
@@ -50,6 +55,7 @@ from _common import (
     Gpu,
     Harness,
     Job,
+    JobFailed,
     add_harness_args,
     describe,
     fmt,
@@ -158,6 +164,8 @@ class HistoryBench(Harness):
             row[MEMORY], row["memory_source"] = summary.get("max_rss_mib"), "host rss"
         row[UTIL] = row[UTIL_SPREAD] = None
         row["util_samples"] = 0
+        if job.oom_steps:  # its peak is the GPU's limit, not what it needs
+            row[MEMORY], row["memory_source"] = None, f"none: {job.oom_steps} steps out of memory"
         window = job.solo_window(WARMUP_STEPS)
         if self.sampler is not None and self.args.parallel == 1 and window is not None:
             util = [s.utilization_pct for s in self.sampler.between(*window)]
@@ -177,16 +185,29 @@ class HistoryBench(Harness):
         grid = CPU_GRID if self.cpu else GPU_GRID
         configs = draw(grid, self.args.jobs, self.args.seed)
         gate = asyncio.Semaphore(self.args.parallel)
+        rows: list[dict[str, Any]] = []
+        failed: list[JobFailed] = []
 
-        async def gated(i: int, config: dict[str, Any]) -> dict[str, Any]:
+        async def gated(i: int, config: dict[str, Any]) -> None:
             async with gate:
-                return await self.one(i, config)
+                if failed:
+                    return  # one failed: start no more, let those running end
+                try:
+                    rows.append(await self.one(i, config))
+                except JobFailed as exc:
+                    failed.append(exc)
 
         self.start()
         try:
-            return list(await asyncio.gather(*(gated(i, c) for i, c in enumerate(configs))))
+            await asyncio.gather(*(gated(i, c) for i, c in enumerate(configs)))
         finally:
             await self.close()
+            rows.sort(key=lambda r: str(r["job"]))  # in the order drawn
+            if self.args.history is not None:
+                write_history(self.args.history, rows)
+        if failed:
+            raise JobFailed(f"{failed[0]} ({len(rows)} jobs recorded before)")
+        return rows
 
 
 # ---- the analysis: the estimator on held-out jobs ----------------------------------------
@@ -215,6 +236,7 @@ def features_of(row: dict[str, Any]) -> dict[str, float | str]:
 
 
 def scores(predicted: Sequence[float], truth: Sequence[float]) -> dict[str, float]:
+    """Memory: relative errors (a peak is never near 0)."""
     pairs = list(zip(predicted, truth, strict=True))
     ratio = [max(p, 1e-9) / max(t, 1e-9) for p, t in pairs]
     return {
@@ -222,6 +244,17 @@ def scores(predicted: Sequence[float], truth: Sequence[float]) -> dict[str, floa
         "within_1_25x_pct": 100 * sum(1 for r in ratio if 0.8 <= r <= 1.25) / len(pairs),
         "within_2x_pct": 100 * sum(1 for r in ratio if 0.5 <= r <= 2.0) / len(pairs),
         "mean_abs_error": statistics.fmean(abs(p - t) for p, t in pairs),
+    }
+
+
+def point_scores(predicted: Sequence[float], truth: Sequence[float]) -> dict[str, float]:
+    """Utilisation, in percentage points: absolute errors (a spread may well be 0)."""
+    errors = [abs(p - t) for p, t in zip(predicted, truth, strict=True)]
+    return {
+        "median_abs_error": statistics.median(errors),
+        "within_5_points_pct": 100 * sum(1 for e in errors if e <= 5) / len(errors),
+        "within_10_points_pct": 100 * sum(1 for e in errors if e <= 10) / len(errors),
+        "mean_abs_error": statistics.fmean(errors),
     }
 
 
@@ -258,12 +291,13 @@ def accuracy(rows: Sequence[dict[str, Any]], train_share: float) -> dict[str, An
             for r in known
         ]
         truth = [float(r[target]) for r in known]
+        score = scores if target == MEMORY else point_scores
         out[target] = {
             "jobs": len(known),
             "top_features": list(estimator.models[target].top_features),
-            "forest": scores(forest, truth),
-            "mean of the same name": scores(name_mean, truth),
-            "median of all": scores([overall] * len(known), truth),
+            "forest": score(forest, truth),
+            "mean of the same name": score(name_mean, truth),
+            "median of all": score([overall] * len(known), truth),
         }
     return out
 
@@ -308,7 +342,6 @@ def show(result: dict[str, Any], args: argparse.Namespace) -> None:
         print("(--cpu: peak host memory stands in for GPU memory; a wiring check only)")
     acc = result["accuracy"]
     print(f"trained on the first {acc['train_jobs']}, tested on the {acc['test_jobs']} after\n")
-    units = {MEMORY: "MiB", UTIL: "points", UTIL_SPREAD: "points"}
     for target in (MEMORY, UTIL, UTIL_SPREAD):
         figures = acc[target]
         if "not_measured" in figures:
@@ -316,18 +349,24 @@ def show(result: dict[str, Any], args: argparse.Namespace) -> None:
             continue
         most = ", ".join(figures["top_features"])
         print(f"{target} ({figures['jobs']} jobs; counts most: {most})")
+        by = [(who, s) for who, s in figures.items() if isinstance(s, dict)]
+        if target == MEMORY:
+            header = ["predicted by", "median error", "within 1.25x", "within 2x", "MAE"]
+            keys, units = ("median_error_pct", "within_1_25x_pct", "within_2x_pct"), " MiB"
+        else:
+            header = ["predicted by", "median error", "within 5 points", "within 10", "MAE"]
+            keys, units = ("median_abs_error", "within_5_points_pct", "within_10_points_pct"), ""
         lines = [
             [
                 who,
-                fmt(s["median_error_pct"], ".1f", "%"),
-                fmt(s["within_1_25x_pct"], ".0f", "%"),
-                fmt(s["within_2x_pct"], ".0f", "%"),
-                fmt(s["mean_abs_error"], ".1f", f" {units[target]}"),
+                fmt(s[keys[0]], ".1f", "%" if target == MEMORY else " points"),
+                fmt(s[keys[1]], ".0f", "%"),
+                fmt(s[keys[2]], ".0f", "%"),
+                fmt(s["mean_abs_error"], ".1f", units or " points"),
             ]
-            for who, s in figures.items()
-            if isinstance(s, dict)
+            for who, s in by
         ]
-        print(table(["predicted by", "median error", "within 1.25x", "within 2x", "MAE"], lines))
+        print(table(header, lines))
         print()
 
 
@@ -351,8 +390,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch_info, gpu = prepare(args)
     rows = measure(gpu, HistoryBench(args, gpu).run)
-    if args.history is not None:
-        write_history(args.history, rows)
     return report(
         "memory_history",
         args,

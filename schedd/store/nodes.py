@@ -74,9 +74,11 @@ async def disconnect_all(pool: asyncpg.Pool, recent_s: float) -> list[asyncpg.Re
 
 
 async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSample]) -> None:
-    """The GPUs' last samples, and the usage so far of each job running on the node:
-    the peak memory on any of its GPUs, and its GPUs' utilisation averaged into one
-    sample per report."""
+    """The GPUs' last samples, and the usage so far of each job running on the node
+    alone on its GPUs: the peak memory on any of them, and their utilisation averaged
+    into one sample per report. A sample is of the whole GPU: where another job runs
+    on one of the job's GPUs (packed, or an opportunistic job beside it) it shows both,
+    and is not the job's."""
     # A GPU that could not be read is reported fully busy: not what its job did.
     read = [s for s in samples if s.error is None]
     uuids = [s.uuid for s in read]
@@ -97,6 +99,7 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                   AND (j.node_id = $4 OR {part_runs_on("$4", "j")})
                   -- A suspended job's GPUs show what another job does there.
                   AND NOT {suspended_sql("j")}
+                  AND NOT {runs_beside("j")}
                 GROUP BY j.id
             )
             UPDATE jobs j SET

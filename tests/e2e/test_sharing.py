@@ -39,7 +39,7 @@ def throttled(cluster: Cluster, token: str, job_id: str) -> None:
     def limits() -> tuple[list[int], list[int]] | None:
         said = " | ".join(e["reason"] for e in events_with(cluster, token, job_id, STEERED))
         shares = [int(s) for s in re.findall(r"share \d+ -> (\d+)", said)]
-        caps = [int(c) for c in re.findall(r"memory cap \S+ -> (\d+) MiB", said)]
+        caps = [int(c) for c in re.findall(r"memory cap (?:none|\d+ MiB) -> (\d+) MiB", said)]
         return (shares, caps) if shares and caps else None
 
     shares, caps = wait_until(limits, what="the coordinator's share and cap")

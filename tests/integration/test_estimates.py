@@ -56,6 +56,18 @@ async def test_gpu_samples_add_up_to_a_running_jobs_usage(pool: asyncpg.Pool) ->
     idle = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", other["id"])
     assert idle["gpu_memory_peak_mib"] is None and idle["gpu_util_samples"] == 0
 
+    # Another job now runs on g2 beside it: a sample of g2 shows both, and is neither's.
+    await pool.execute(
+        "UPDATE jobs SET state = 'running', node_id = 'n1', gpu_uuids = $2 WHERE id = $1",
+        other["id"],
+        ["g2"],
+    )
+    await nodes.record_samples(pool, "n1", [sample("g1", 10, 500), sample("g2", 90, 9_000)])
+    both = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", row["id"])
+    beside = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", other["id"])
+    assert (both["gpu_memory_peak_mib"], both["gpu_util_samples"]) == (3000, 2)
+    assert (beside["gpu_memory_peak_mib"], beside["gpu_util_samples"]) == (None, 0)
+
 
 async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncpg.Pool) -> None:
     alice = await tokens.create(pool, "alice", "user")

@@ -82,16 +82,20 @@ def utilization(gpu: Gpu, view: View) -> int:
 
 def place(job: PendingJob, view: View) -> Placement | NoFit:
     request = job.request
-    if request.node_id is None and gpu_memory_needed(job) is None:
+    if request.node_id is None and request.gpu_memory_mib is None:
         index = view.memo.get(("share_index",))
         if not isinstance(index, _ShareIndex):
             index = view.memo[("share_index",)] = _ShareIndex(view)
         found = index.best(job)
         if found is None:
-            return index.no_fit(job)
+            return index.no_fit(job)  # none with memory unchecked: none with it checked
         node_id, gpus = found
-        return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
-    return _scan(job, view)  # pinned, or asking for memory
+        predicted = job.predicted_gpu_memory_mib
+        # The best node with memory unchecked is the best with it checked where its
+        # GPUs have the memory: no other node scores lower. Else look at every node.
+        if predicted is None or all(g.memory_mib - g.memory_used_mib >= predicted for g in gpus):
+            return Placement((Shard(node_id, tuple(g.uuid for g in gpus)),))
+    return _scan(job, view)  # pinned, asking for memory, or short of what it is predicted
 
 
 class _ShareIndex:
