@@ -164,10 +164,11 @@ class HistoryBench(Harness):
             row[MEMORY], row["memory_source"] = summary.get("max_rss_mib"), "host rss"
         row[UTIL] = row[UTIL_SPREAD] = None
         row["util_samples"] = 0
-        if job.oom_steps:  # its peak is the GPU's limit, not what it needs
+        if job.oom_steps:  # its peak is the GPU's limit, not what it needs: left out
             row[MEMORY], row["memory_source"] = None, f"none: {job.oom_steps} steps out of memory"
         window = job.solo_window(WARMUP_STEPS)
-        if self.sampler is not None and self.args.parallel == 1 and window is not None:
+        alone = self.args.parallel == 1 and not job.oom_steps
+        if self.sampler is not None and alone and window is not None:
             util = [s.utilization_pct for s in self.sampler.between(*window)]
             known = [u for u in util if u is not None]
             row["util_samples"] = len(known)
@@ -202,7 +203,7 @@ class HistoryBench(Harness):
             await asyncio.gather(*(gated(i, c) for i, c in enumerate(configs)))
         finally:
             await self.close()
-            rows.sort(key=lambda r: str(r["job"]))  # in the order drawn
+            rows.sort(key=lambda r: int(str(r["job"]).rpartition("-")[2]))  # as drawn
             if self.args.history is not None:
                 write_history(self.args.history, rows)
         if failed:

@@ -663,15 +663,16 @@ def part_runs_on(node: str, t: str) -> str:
     )
 
 
-def runs_beside(t: str) -> str:
+def runs_beside(t: str, suspended_too: bool = False) -> str:
     """SQL: another job runs on one of the GPUs of the row `t` (its process is placed
     there and not suspended: a packed job, its partner, an opportunistic job, one that
-    is starting or being stopped)."""
+    is starting or being stopped); `suspended_too`: or is suspended there, which keeps
+    its tensors in GPU memory (a suspend frees only PyTorch's cache)."""
+    awake = "" if suspended_too else f" AND NOT {suspended_sql('o')}"
     return (
         f"EXISTS (SELECT 1 FROM jobs o WHERE o.id <> {t}.id AND o.node_id = {t}.node_id"
         " AND o.state IN ('assigned', 'running', 'preempting', 'cancelling')"
-        f" AND NOT {suspended_sql('o')}"
-        f" AND o.gpu_uuids && {t}.gpu_uuids)"
+        f"{awake} AND o.gpu_uuids && {t}.gpu_uuids)"
     )
 
 

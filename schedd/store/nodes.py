@@ -75,7 +75,8 @@ async def disconnect_all(pool: asyncpg.Pool, recent_s: float) -> list[asyncpg.Re
 
 async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSample]) -> None:
     """The GPUs' last samples, and the usage so far of each job running on the node
-    alone on its GPUs: the peak memory on any of them, and their utilisation averaged
+    alone on its GPUs: the peak memory on any of them (not while a job is suspended
+    there either: it keeps its tensors in GPU memory), and their utilisation averaged
     into one sample per report. A sample is of the whole GPU: where another job runs
     on one of the job's GPUs (packed, or an opportunistic job beside it) it shows both,
     and is not the job's."""
@@ -103,7 +104,10 @@ async def record_samples(pool: asyncpg.Pool, node_id: str, samples: list[GpuSamp
                 GROUP BY j.id
             )
             UPDATE jobs j SET
-                gpu_memory_peak_mib = greatest(coalesce(j.gpu_memory_peak_mib, 0), s.mem),
+                -- A job taking turns shares GPU memory with the one suspended there.
+                gpu_memory_peak_mib = CASE WHEN {runs_beside("j", suspended_too=True)}
+                    THEN j.gpu_memory_peak_mib
+                    ELSE greatest(coalesce(j.gpu_memory_peak_mib, 0), s.mem) END,
                 gpu_util_samples = j.gpu_util_samples + 1,
                 gpu_util_sum = j.gpu_util_sum + s.util,
                 gpu_util_sumsq = j.gpu_util_sumsq + s.util * s.util

@@ -68,6 +68,15 @@ async def test_gpu_samples_add_up_to_a_running_jobs_usage(pool: asyncpg.Pool) ->
     assert (both["gpu_memory_peak_mib"], both["gpu_util_samples"]) == (3000, 2)
     assert (beside["gpu_memory_peak_mib"], beside["gpu_util_samples"]) == (None, 0)
 
+    # Suspended there, it keeps its tensors in GPU memory: the sample's utilisation is
+    # the running job's, its memory is not.
+    await pool.execute(
+        """UPDATE jobs SET controls = '{"suspended": true}'::jsonb WHERE id = $1""", other["id"]
+    )
+    await nodes.record_samples(pool, "n1", [sample("g1", 10, 500), sample("g2", 90, 9_000)])
+    turns = await pool.fetchrow("SELECT * FROM jobs WHERE id = $1", row["id"])
+    assert (turns["gpu_memory_peak_mib"], turns["gpu_util_samples"]) == (3000, 3)
+
 
 async def test_the_estimator_learns_from_succeeded_jobs_and_says_so(pool: asyncpg.Pool) -> None:
     alice = await tokens.create(pool, "alice", "user")

@@ -4,9 +4,8 @@ hurts.
 
 Once per cycle, after the turns (`decide.timeslice`):
 - a packed job whose partner is gone (its GPUs are free) takes them as their holder
-  (`Resume`, no `beside`); where they are not all free (another job holds one, or one
-  is out of placement), it is suspended and takes turns there (and, as after any
-  unpack, is not packed again this attempt);
+  (`Resume`, no `beside`); where they are not all free yet, it runs on, packed, and
+  no turn begins on its GPUs meanwhile (`decide.timeslice`);
 - a packed pair whose progress rates (each against its rate alone, as the shell measures
   them, read `pack_check_s` after the pack) add up to less than `pack_min_progress` is
   unpacked: the packed job is suspended
@@ -52,17 +51,8 @@ def decide(view: View) -> list[Action]:
             if free_uuids(job, view).issuperset(job.gpu_uuids):
                 view.resume(job)
                 actions.append(Resume(job.job_id, "its packed partner left: its GPUs are its own"))
-            else:
-                # Some are held by another job now, or out of placement: it cannot hold
-                # them, and while it runs packed no turn begins there. It takes turns.
-                view.mark(job.job_id)
-                actions.append(
-                    Suspend(
-                        job.job_id,
-                        "its packed partner left and not all its GPUs are free: it takes"
-                        " turns on them",
-                    )
-                )
+            # Else its partner is on its way out, or paused by its user, or one of the
+            # GPUs is out of placement: it runs on, packed, and no turn begins there.
             continue
         rates = (job.progress_ratio, partner.progress_ratio)
         measured = job.state_since is None or view.now >= job.state_since + check
