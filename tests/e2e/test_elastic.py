@@ -29,7 +29,7 @@ ELASTIC_S = 3600.0  # the elastic job's estimated run time on all its GPUs
 RAN_A_WHILE = 40
 WAIT_S = 120  # any one step of the scenario, on a loaded 2-core machine
 # Long enough that the other job surely ends before the elastic job comes of age.
-OF_AGE_S = 30
+OF_AGE_S = 12
 GANDIVA_OF_AGE = f"""
 policy = "gandiva"
 [profiles.gandiva.settings]
