@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from schedd.estimator.features import of_row
-from schedd.estimator.forest import TARGETS, Estimator
+from schedd.estimator.forest import TARGETS, Estimator, memory_mib
 from schedd.store import jobs
 
 
@@ -60,11 +59,11 @@ def report(
         }
     out["used"] = used
     # The GPU memory it needs where it would share a GPU (AntMan): the spec's, else the
-    # estimator's predicted peak, rounded up to a MiB, as the scheduler reads it.
+    # estimator's predicted peak, rounded as the scheduler reads it.
     if spec.gpu_memory_mib is not None:
         sharing = {"gpu_memory_mib": spec.gpu_memory_mib, "source": "spec"}
     elif peak is not None:
-        sharing = {"gpu_memory_mib": math.ceil(peak), "source": "estimator"}
+        sharing = {"gpu_memory_mib": memory_mib(peak), "source": "estimator"}
     else:
         sharing = {"gpu_memory_mib": None, "source": "not known: any little-used GPU"}
     out["used_for_sharing"] = sharing

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import statistics
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from schedd.cached_read import CachedRead
 from schedd.collector import collector_paused
 from schedd.estimator.examples import example
 from schedd.estimator.features import of_row
-from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator
+from schedd.estimator.forest import TRAIN_ON_JOBS, Estimator, memory_mib
 from schedd.executor import Executor
 from schedd.hub import Hub
 from schedd.policy.actions import (
@@ -573,7 +572,7 @@ class Scheduler:
             cache, "gpu_memory_peak_mib", rows, lambda r: r["gpu_memory_mib"] is None
         ):
             return {}
-        return {r["id"]: math.ceil(cache[r["id"]][1]) for r in rows if r["id"] in cache}
+        return {r["id"]: memory_mib(cache[r["id"]][1]) for r in rows if r["id"] in cache}
 
     async def usage(self) -> Usage:
         """Decayed GPU-seconds per queue (its sub-queues included) and per (queue, user),

@@ -121,6 +121,11 @@ def _predict_many(model: Model, rows: Sequence[Features]) -> list[Predicted]:
     ]
 
 
+def memory_mib(predicted: float) -> int:
+    """A predicted peak GPU memory as the scheduler asks for it: whole MiB, rounded up."""
+    return math.ceil(predicted)
+
+
 def _encode(target: str, value: float) -> float:
     return math.log(max(value, 1.0)) if target in LOG_TARGETS else value
 

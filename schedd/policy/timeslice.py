@@ -158,7 +158,7 @@ def packed_gpus(view: View) -> frozenset[str]:
     key = ("timeslice_packed_gpus",)
     known = view.memo.get(key)
     if known is None:
-        known = view.memo[key] = frozenset(u for j in packed_jobs(view) for u in j.gpu_uuids)
+        known = view.memo[key] = frozenset(u for s in packed_sets(view) for u in s)
     return known  # type: ignore[return-value]
 
 

@@ -39,10 +39,10 @@ class Reservation:
     job_id: str
     expected_start: float
     node_ids: tuple[str, ...]
-    # What the job asks, for the CPUs and memory it counts on beside the GPUs (None:
-    # the GPUs alone), and for a gang the GPUs it counts on taking on each node (in the
-    # order of `node_ids`; empty: all of them on its one node).
-    request: Request | None = None
+    # What the job asks, for the CPUs and memory it counts on beside the GPUs, and for a
+    # gang the GPUs it counts on taking on each node (in the order of `node_ids`; empty:
+    # all of them on its one node).
+    request: Request
     gpus_on: tuple[int, ...] = ()
 
 
@@ -324,7 +324,7 @@ class View:
         for shard in job.shards:
             self._take_on(shard, _GPUS_ONLY, job.request.gpus)
         self._count(job.queue, job.user, job.request.resources(), +1)
-        self.launched.append((job.shards, self.now + self.remaining(job), job.request))
+        self.launched.append((job.shards, self.ends(job), job.request))
 
     def claim(self, job: PlacedJob, shards: tuple[Shard, ...]) -> None:
         """A running job's move to `shards` (free in this plan): it takes them now and
@@ -379,14 +379,14 @@ class View:
         self.reservations[reservation.job_id] = reservation
         request = reservation.request
         # What it asks, where it asks for GPUs (None: hold the free GPUs alone).
-        asks = request if request is not None and request.gpus > 0 else None
+        asks = request if request.gpus > 0 else None
+        least = request.gpu_memory_mib
         for i, node_id in enumerate(reservation.node_ids):
             cap = self.capacity[node_id]
             # The GPUs it counts on here (all free ones where it says nothing).
             wanted = len(cap.free_gpus)
             if asks is not None:
                 wanted = reservation.gpus_on[i] if reservation.gpus_on else asks.gpus
-            least = request.gpu_memory_mib if request is not None else None
             held = 0
             for g in cap.free_gpus:
                 if held >= wanted:

@@ -25,13 +25,14 @@ def _admit(job: PendingJob, view: View) -> Wait | None:
     return refusal(job.queue, job.request.resources(), view)
 
 
-def refusal(queue: str, wants: Resources, view: View) -> Wait | None:
-    """Why `queue` may not hold `wants` more (a max of its lineage), or None."""
+def refusal(queue: str, wants: Resources, view: View, less: Resources = NOTHING) -> Wait | None:
+    """Why `queue` may not hold `wants` more (a max of its lineage), or None; `less`:
+    with that much of what it holds given back (jobs a plan stops for it)."""
     for q in lineage(queue):
         limit = view.queue(q).max
         if limit is None:
             continue
-        over = view.allocated.get(q, NOTHING).exceeds_with(wants, limit)
+        over = (view.allocated.get(q, NOTHING) - less).exceeds_with(wants, limit)
         if over is not None:
             return Wait("queue_max", f"queue {q} would exceed its max: {over}")
     return None

@@ -24,7 +24,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
     for job in spread:
         if len(actions) >= settings.migrate_jobs:
             break
-        gain = view.remaining(job) * (1.0 - settings.spread_speed)
+        gain = _gain(job, view)
         if gain <= settings.migrate_cost_s:
             continue
         shards = migration.target(job, view, frozenset(migration.promised(view)))
@@ -41,18 +41,21 @@ def recheck_at(view: View, plan: Plan) -> float | None:
     GPUs free now and the gain would be worth the move."""
     if not view.snapshot.multi_node:
         return None
-    settings = view.settings
     promised = frozenset(migration.promised(view))
 
     def worth(job: PlacedJob) -> bool:
-        gain = view.remaining(job) * (1.0 - settings.spread_speed)
         return (
             _gatherable(job, view)
-            and gain > settings.migrate_cost_s
+            and _gain(job, view) > view.settings.migrate_cost_s
             and migration.target(job, view, promised) is not None
         )
 
     return migration.comes_of_age(view, worth)
+
+
+def _gain(job: PlacedJob, view: View) -> float:
+    """The run time a spread job saves on one node (`spread_speed` when spread)."""
+    return view.remaining(job) * (1.0 - view.settings.spread_speed)
 
 
 def _gatherable(job: PlacedJob, view: View) -> bool:

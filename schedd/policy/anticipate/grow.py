@@ -26,7 +26,7 @@ WAITING_FOR_GPUS = WAITING_FOR_ROOM | {"preempting"}
 
 
 def anticipate(view: View, plan: Plan) -> list[Action]:
-    if any(w.code in WAITING_FOR_GPUS for w in plan.waiting.values()):
+    if _jobs_wait_for_gpus(plan):
         return []  # idle GPUs are for the jobs that wait, not for growing
     if not view.free_gpu_count():
         return []
@@ -71,9 +71,7 @@ def anticipate(view: View, plan: Plan) -> list[Action]:
 def recheck_at(view: View, plan: Plan) -> float | None:
     """While GPUs are free and no job waits for them: when an elastic job below the most
     of its range, with free GPUs on its node, that was too young to grow comes of age."""
-    if any(w.code in WAITING_FOR_GPUS for w in plan.waiting.values()):
-        return None
-    if not view.free_gpu_count():
+    if _jobs_wait_for_gpus(plan) or not view.free_gpu_count():
         return None
 
     def idle_beside(job: PlacedJob) -> bool:
@@ -81,6 +79,10 @@ def recheck_at(view: View, plan: Plan) -> float | None:
         return _may_grow(job) and cap is not None and bool(cap.free_gpus)
 
     return migration.comes_of_age(view, idle_beside)
+
+
+def _jobs_wait_for_gpus(plan: Plan) -> bool:
+    return any(w.code in WAITING_FOR_GPUS for w in plan.waiting.values())
 
 
 def _may_grow(job: PlacedJob) -> bool:

@@ -71,7 +71,7 @@ def _expected_ends(view: View) -> list[tuple[PlacedJob, float]]:
     """Running jobs not on their way out nor paused by this plan, with when each is
     expected to end."""
     return [
-        (job, view.now + view.remaining(job))
+        (job, view.ends(job))
         for job in view.snapshot.placed
         if job.stoppable
         and job.job_id not in view.stopping

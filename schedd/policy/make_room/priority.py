@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import takewhile
 
-from schedd.policy.admit import user_limit
+from schedd.policy.admit import quota, user_limit
 from schedd.policy.make_room.victims import (
     Eviction,
     PlaceFn,
@@ -28,7 +28,6 @@ from schedd.policy.make_room.victims import (
     remember_failure,
     unprotected,
 )
-from schedd.policy.queues import lineage
 from schedd.policy.resources import NOTHING
 from schedd.policy.snapshot import PendingJob, PlacedJob
 from schedd.policy.view import View
@@ -77,18 +76,13 @@ def make_room_over_limit(job: PendingJob, view: View, place: PlaceFn) -> Evictio
         return None
     wants, freed, mine = job.request.resources(), NOTHING, job.request.gpus
 
+    def over_user_limit() -> bool:
+        return user_limit.refusal(job.queue, job.user, mine, view) is not None
+
     def within() -> bool:
         # Each max of its lineage counts what the queue holds less its victims, plus
         # the job: a queue over its max already (a max lowered since) needs more gone.
-        for level in lineage(job.queue):
-            limit = view.queue(level).max
-            held = view.allocated.get(level, NOTHING) - freed
-            if limit is not None and held.exceeds_with(wants, limit) is not None:
-                return False
-        return user_limit.refusal(job.queue, job.user, mine, view) is None
-
-    def over_user_limit() -> bool:
-        return user_limit.refusal(job.queue, job.user, mine, view) is not None
+        return quota.refusal(job.queue, wants, view, less=freed) is None and not over_user_limit()
 
     ranked = unprotected([v for _, v in takewhile(lambda r: r[0] < job.priority, rows)], view)
     needed: list[PlacedJob] = []
